@@ -1,0 +1,23 @@
+"""The reference attention core: the spec functions that cases check and students implement."""
+
+from attention_core.reference import (
+    attention,
+    causal_average,
+    causal_mask,
+    layer_norm,
+    merge_heads,
+    multi_head_attention,
+    softmax,
+    split_heads,
+)
+
+__all__ = [
+    "softmax",
+    "causal_mask",
+    "causal_average",
+    "attention",
+    "split_heads",
+    "merge_heads",
+    "multi_head_attention",
+    "layer_norm",
+]

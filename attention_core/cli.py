@@ -1,0 +1,70 @@
+"""Command line: ``python -m attention_core [check]``.
+
+``check`` runs every case of the case folder on the reference core, on the CPU and on CUDA
+when there is one, and prints a table of checks passed, failed and skipped per document.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from attention_core.harness import runner
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m attention_core",
+                                     description="Golden-value harness for attention mechanisms.")
+    commands = parser.add_subparsers(dest="command")
+    check = commands.add_parser("check", help="run every case on the reference core (the default)")
+    for p in (parser, check):
+        p.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
+        p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=None,
+                       help="device to run on (repeatable; default: cpu, and cuda when available)")
+        p.add_argument("-v", "--verbose", action="store_true", help="print every failure in full")
+    args = parser.parse_args(argv)
+    return check_command(args.cases or runner.default_cases_folder(), args.device or ["cpu", "cuda"], args.verbose)
+
+
+def check_command(folder, devices, verbose=False, out=sys.stdout):
+    """Run every check; print the per-document table (and failures); return the exit status."""
+    items = runner.collect(folder)
+    if not items:
+        print(f"no case files in {folder}", file=out)
+        return 1
+    rows, failures = {}, []
+    for item in items:
+        row = rows.setdefault(item.file.name, {"title": item.file.document.title if item.file.document else "",
+                                               "passed": 0, "failed": 0, "skipped": 0})
+        for device in devices if item.error is None else [None]:
+            if device == "cuda" and not torch.cuda.is_available():
+                row["skipped"] += 1
+                continue
+            result = runner.run(item, device=device or "cpu")
+            row["passed" if result.passed else "failed"] += 1
+            if not result.passed:
+                failures.append(result.report)
+    _print_table(rows, out)
+    if "cuda" in devices and not torch.cuda.is_available():
+        print("skipped: CUDA is not available here (torch.cuda.is_available() is False)", file=out)
+    for report in failures:
+        print("\nFAILED " + (report if verbose else report.split("\n", 1)[0]), file=out)
+    return 1 if failures else 0
+
+
+def _print_table(rows, out):
+    width = max(len(f"{name}  {row['title']}") for name, row in rows.items())
+    width = max(width, len("document"))
+    print(f"{'document':<{width}}  {'passed':>6}  {'failed':>6}  {'skipped':>7}", file=out)
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    for name, row in rows.items():
+        label = f"{name}  {row['title']}"
+        print(f"{label:<{width}}  {row['passed']:>6}  {row['failed']:>6}  {row['skipped']:>7}", file=out)
+        for key in totals:
+            totals[key] += row[key]
+    print(f"{'total':<{width}}  {totals['passed']:>6}  {totals['failed']:>6}  {totals['skipped']:>7}", file=out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

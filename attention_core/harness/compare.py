@@ -1,0 +1,214 @@
+"""Tolerance policy and the staged mismatch report: one comparison for every report.
+
+A comparison runs in stages and stops at the first that fails: type, shape, dtype, device,
+values. Values are compared element by element against an allowed absolute difference,
+which comes from one of two rules:
+
+* printed expectations (what a notebook showed): half a unit of the last printed digit,
+  plus a noise floor of ``NOISE_K * eps(dtype) * max|expected|`` (the rounding noise of
+  the computation itself, which scales with the magnitudes involved), plus, for
+  e-notation, ``finfo(float32).tiny`` (a float32 subnormal such as 3.7835e-44 is 3.72e-44
+  in float64 and 0 under flush-to-zero), plus whatever the caller adds for inputs that
+  were themselves printed (rounded) values;
+* full-precision expectations: ``atol + rtol * |expected|`` with torch.testing's per-dtype
+  defaults, or an rtol and atol given together (a lone atol=0 could still pass through
+  rtol, so one without the other is refused where the case is read).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# Rounding noise allowed on top of a printed unit, in units of eps(dtype) * max|expected|.
+NOISE_K = 16
+
+# torch.testing.assert_close's defaults, keyed by the dtype of the value computed.
+DEFAULT_TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+MAX_TABLE_ROWS = 8
+_TINY = torch.finfo(torch.float32).tiny
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why a value does not meet its expectation."""
+
+    stage: str  # "type", "shape", "dtype", "device" or "values"
+    message: str
+    index: tuple | None = None  # the worst element, for "values"
+    ratio: float = math.inf  # worst |diff| / allowed, for "values"
+
+
+def default_tolerance(dtype):
+    """(rtol, atol) for full-precision comparisons in ``dtype``."""
+    return DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+
+
+def noise_floor(dtype, expected):
+    """``NOISE_K * eps(dtype) * max|expected|`` over the finite expected values."""
+    if not dtype.is_floating_point:
+        return 0.0
+    finite = expected[torch.isfinite(expected)]
+    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    return NOISE_K * torch.finfo(dtype).eps * scale
+
+
+def printed_allowance(printed, dtype, extra=None):
+    """The allowed absolute difference for each element shown in ``printed``.
+
+    Args:
+        printed: a :class:`~attention_core.harness.tensor_text.PrintedTensor`.
+        dtype: the dtype the checked value was computed in (sets the noise floor).
+        extra: a float64 tensor of shape ``(N,)`` (or a number) added on top: the
+            propagated rounding of printed inputs.
+    """
+    allowed = printed.unit * 0.5 + noise_floor(dtype, printed.values)
+    if printed.notation == "sci":
+        allowed = allowed + _TINY
+    if extra is not None:
+        allowed = allowed + extra
+    return allowed
+
+
+def check_shape(actual, shape):
+    """Stage "type" and "shape" only: for expectations that give nothing but a shape."""
+    if not isinstance(actual, torch.Tensor):
+        return Mismatch("type", f"expected a tensor, got {type(actual).__name__}")
+    if tuple(actual.shape) != tuple(shape):
+        return Mismatch("shape", f"shape does not match: {tuple(actual.shape)} != {tuple(shape)} (actual != expected)")
+    return None
+
+
+def compare_printed(actual, printed, *, extra=None, device=None):
+    """Compare a tensor with a printed expectation; ``None`` when it meets it."""
+    problem = _check_structure(actual, printed.ndim, printed.shape, device)
+    if problem is None and printed.shape is None:
+        problem = _check_shown_positions(actual, printed.index)
+    if problem is None:
+        problem = _check_kind(actual, printed.kind, printed.dtype)
+    if problem is not None:
+        return problem
+    values = actual.detach().to("cpu", torch.float64)
+    if printed.ndim:
+        values = values[tuple(printed.index.T)]
+    else:
+        values = values.reshape(1)
+    allowed = printed_allowance(printed, actual.dtype, extra)
+    return _compare_values(values, printed.values, allowed, printed.index)
+
+
+def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
+    """Compare with full-precision expected values; a 0-d expectation applies to every element."""
+    if expected.ndim == 0 and isinstance(actual, torch.Tensor):
+        expected = expected.expand(actual.shape)
+    problem = _check_structure(actual, expected.ndim, tuple(expected.shape), device)
+    if problem is None:
+        kind = "bool" if expected.dtype == torch.bool else "float" if expected.is_floating_point() else "int"
+        problem = _check_kind(actual, kind, None)
+    if problem is not None:
+        return problem
+    if rtol is None:
+        rtol, atol = default_tolerance(actual.dtype)
+    expected = expected.to(torch.float64).reshape(-1)
+    allowed = atol + rtol * expected.abs()
+    index = _all_positions(tuple(actual.shape))
+    return _compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed, index)
+
+
+def _check_structure(actual, ndim, shape, device):
+    if not isinstance(actual, torch.Tensor):
+        return Mismatch("type", f"expected a tensor, got {type(actual).__name__}")
+    if shape is not None and tuple(actual.shape) != tuple(shape):
+        return Mismatch("shape", f"shape does not match: {tuple(actual.shape)} != {tuple(shape)} (actual != expected)")
+    if actual.ndim != ndim:
+        return Mismatch("shape", f"number of dimensions does not match: {actual.ndim} != {ndim} (actual != expected)")
+    if device is not None and actual.device.type != torch.device(device).type:
+        return Mismatch("device", f"device does not match: {actual.device} != {device} (actual != expected)")
+    return None
+
+
+def _check_shown_positions(actual, index):
+    """An elided or cut-off print fixes no shape, but every shown position must exist."""
+    for dim, size in enumerate(actual.shape):
+        column = index[:, dim]
+        needed = int(column.clamp(min=0).max()) + 1 if (column >= 0).any() else 0
+        needed += int((-column.clamp(max=0)).max()) if (column < 0).any() else 0
+        if needed > size:
+            return Mismatch("shape", f"shape {tuple(actual.shape)} is too small for the printed tensor: "
+                                     f"dimension {dim} shows {needed} positions")
+    return None
+
+
+def _check_kind(actual, kind, dtype_name):
+    if dtype_name is not None and str(actual.dtype) != f"torch.{dtype_name}":
+        return Mismatch("dtype", f"dtype does not match: {actual.dtype} != torch.{dtype_name} (actual != expected)")
+    actual_kind = "bool" if actual.dtype == torch.bool else "float" if actual.is_floating_point() else "int"
+    if actual_kind != kind and not (kind == "float" and actual.is_complex()):
+        return Mismatch("dtype", f"dtype does not match: {actual.dtype} is not a {kind} dtype")
+    return None
+
+
+def _all_positions(shape):
+    if not shape:
+        return torch.zeros(1, 0, dtype=torch.int64)
+    grids = torch.meshgrid(*[torch.arange(n) for n in shape], indexing="ij")
+    return torch.stack([g.reshape(-1) for g in grids], dim=1)
+
+
+def _compare_values(actual, expected, allowed, index):
+    """Element-wise: NaN matches NaN, an infinity matches the same infinity, else |diff| <= allowed."""
+    same_special = (torch.isnan(actual) & torch.isnan(expected)) | (torch.isinf(expected) & (actual == expected))
+    diff = (actual - expected).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    diff = torch.where(same_special, torch.zeros_like(diff), diff)
+    allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(diff.shape)
+    bad = diff > allowed
+    if not bad.any():
+        return None
+    ratio = torch.where(bad, diff / allowed.clamp(min=1e-300), torch.zeros_like(diff))
+    worst = int(ratio.argmax())
+    worst_index = tuple(int(i) for i in index[worst])
+    return Mismatch("values", _values_report(actual, expected, diff, allowed, bad, index),
+                    index=worst_index, ratio=float(ratio[worst]))
+
+
+def _values_report(actual, expected, diff, allowed, bad, index):
+    n_bad, n = int(bad.sum()), diff.numel()
+    abs_at = int(torch.where(bad, diff, torch.full_like(diff, -1.0)).argmax())
+    rel = diff / expected.abs()
+    rel = torch.where(bad, torch.nan_to_num(rel, nan=math.inf), torch.full_like(rel, -1.0))
+    rel_at = int(rel.argmax())
+    lines = [
+        "Values are not close!",
+        f"Mismatched elements: {n_bad} / {n} ({100.0 * n_bad / n:.1f}%)",
+        f"Greatest absolute difference: {_num(diff[abs_at])} at index {_idx(index[abs_at])}"
+        f" (up to {_num(allowed[abs_at])} allowed)",
+        f"Greatest relative difference: {_num(rel[rel_at])} at index {_idx(index[rel_at])}"
+        f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)",
+        "Worst elements, by difference over allowance:",
+        f"  {'index':<14}{'expected':>15}{'actual':>15}{'|diff|':>12}{'allowed':>12}",
+    ]
+    order = torch.argsort(torch.where(bad, diff / allowed.clamp(min=1e-300), torch.full_like(diff, -1.0)),
+                          descending=True)
+    for i in order[: min(n_bad, MAX_TABLE_ROWS)].tolist():
+        lines.append(f"  {_idx(index[i]):<14}{_num(expected[i]):>15}{_num(actual[i]):>15}"
+                     f"{_num(diff[i]):>12}{_num(allowed[i]):>12}")
+    if n_bad > MAX_TABLE_ROWS:
+        lines.append(f"  ... and {n_bad - MAX_TABLE_ROWS} more")
+    return "\n".join(lines)
+
+
+def _idx(row):
+    return "(" + ", ".join(str(int(i)) for i in row) + ")" if len(row) != 1 else f"({int(row[0])},)"
+
+
+def _num(x):
+    x = float(x)
+    if math.isinf(x) or math.isnan(x):
+        return str(x)
+    return f"{x:.6g}" if x == 0 or 1e-4 <= abs(x) < 1e6 else f"{x:.4e}"

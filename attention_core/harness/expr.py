@@ -1,0 +1,903 @@
+"""A small, safe expression language for deriving tensors in case files.
+
+Case files are data written by people, so their expressions are never handed to
+Python's ``eval``. :func:`parse` reads the text with ``ast.parse(mode="eval")`` and
+checks every node against an allow-list, once; :meth:`Expr.evaluate` then walks the
+validated tree with a dispatch table keyed by node type. Examples::
+
+    input @ w_query
+    tril(ones(8, 8)) / tril(ones(8, 8)).sum(1, keepdim=True)
+    (matmul_qk * 3 ** -0.5).masked_fill(tril(ones(8, 8)) == 0, -inf)
+    MW_Q.permute(2, 0, 1).reshape(64, 128)
+    attention(q, k, v, scale=1)        # a function the caller supplies
+
+Names resolve from the caller's scope, then :data:`CONSTANTS`. Calls resolve from
+the caller's ``functions``, then :data:`BUILTINS`. Creation functions (``ones``,
+``zeros``, ``full``, ``eye``, ``arange``, ``tensor``) build on the evaluation device,
+and their floating results take the evaluation dtype unless ``dtype=`` is given.
+
+Columns in errors are 1-based character positions in the source text as given.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+import types
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["ExprError", "Expr", "parse", "BUILTINS", "CONSTANTS"]
+
+MAX_SOURCE_CHARS = 2000
+MAX_DEPTH = 50
+MAX_ELEMENTS = 2**26
+MAX_INT_EXPONENT = 64
+MAX_INT_POWER_BITS = 4096
+
+Tensor = torch.Tensor
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ExprError(ValueError):
+    """A refused or failed expression: ``message``, 1-based ``column`` (or None), ``source``."""
+
+    def __init__(self, message: str, column: int | None = None, source: str | None = None):
+        self.message = message
+        self.column = column
+        self.source = source
+        super().__init__(message, column, source)
+
+    def __str__(self) -> str:
+        if self.column is None:
+            return self.message
+        return f"{self.message} (at column {self.column})"
+
+    def __reduce__(self):
+        # Keep message, column and source through pickling (e.g. pytest-xdist workers).
+        return (type(self), (self.message, self.column, self.source))
+
+
+class _Refusal(ExprError):
+    """An operation refused before it ran: a resource limit, or a device move in ``to``."""
+
+
+def _check_count(count: int) -> None:
+    # The one place the element limit is enforced.
+    if count > MAX_ELEMENTS:
+        raise _Refusal(f"would create {count} elements; the limit is {MAX_ELEMENTS}")
+
+
+# --------------------------------------------------------------------------- constants
+
+CONSTANTS: Mapping[str, object] = types.MappingProxyType(
+    {
+        "inf": math.inf,
+        "nan": math.nan,
+        "pi": math.pi,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "float32": torch.float32,
+        "float64": torch.float64,
+        "int32": torch.int32,
+        "int64": torch.int64,
+        "bool": torch.bool,
+    }
+)
+
+
+# --------------------------------------------------------------------------- resource guards
+
+
+def _int_sizes(sizes) -> list[int]:
+    """``f(2, 3)`` or ``f((2, 3))`` as a list of ints; non-integer sizes raise TypeError."""
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = sizes[0]
+    try:
+        return [operator.index(s) for s in sizes]
+    except TypeError:
+        kinds = ", ".join(type(s).__name__ for s in sizes)
+        raise TypeError(f"sizes must be integers, got ({kinds})") from None
+
+
+def _check_broadcast(a, b) -> None:
+    """Refuse an elementwise operation whose broadcast result would be too large."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        return
+    bound = a.numel() * b.numel()  # a broadcast result never has more elements than this
+    if 0 < bound <= MAX_ELEMENTS:
+        return
+    _check_count(math.prod(torch.broadcast_shapes(a.shape, b.shape)))
+
+
+def _check_matmul(a, b) -> None:
+    """Refuse a matrix product whose result would be too large."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        return
+    bound = a.numel() * b.numel()  # a product never has more elements than this (k >= 1)
+    if 0 < bound <= MAX_ELEMENTS or a.dim() == 0 or b.dim() == 0:
+        return
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    rows = a.shape[-2] if a.dim() > 1 else 1
+    cols = b.shape[-1] if b.dim() > 1 else 1
+    _check_count(math.prod(batch) * rows * cols)
+
+
+def _power(base, exponent):
+    """``base ** exponent`` with a cap on exact integer powers (which can grow without bound)."""
+    if isinstance(base, int) and isinstance(exponent, int):
+        if exponent > MAX_INT_EXPONENT:
+            raise _Refusal(
+                f"integer power with exponent {exponent}; the limit is {MAX_INT_EXPONENT}"
+            )
+        if abs(base).bit_length() * exponent > MAX_INT_POWER_BITS:
+            raise _Refusal(f"integer power would exceed {MAX_INT_POWER_BITS} bits")
+    return base**exponent
+
+
+# --------------------------------------------------------------------------- builtins
+
+
+def _is_float(value) -> bool:
+    # A Python float or a floating tensor.
+    return isinstance(value, float) or (isinstance(value, Tensor) and value.is_floating_point())
+
+
+def _contains_float(data) -> bool:
+    # True if nested lists/tuples of data hold a float anywhere.
+    if isinstance(data, (list, tuple)):
+        return any(_contains_float(item) for item in data)
+    return _is_float(data)
+
+
+def _floating(dtype, default_dtype):
+    # The dtype for a floating result: explicit, else the evaluation dtype, else torch's default.
+    return dtype or default_dtype or torch.get_default_dtype()
+
+
+def ones(*size, dtype=None, device=None, default_dtype=None):
+    """``torch.ones``; floating by default (the evaluation dtype)."""
+    sizes = _int_sizes(size)
+    _check_count(math.prod(sizes))
+    return torch.ones(sizes, dtype=_floating(dtype, default_dtype), device=device)
+
+
+def zeros(*size, dtype=None, device=None, default_dtype=None):
+    """``torch.zeros``; floating by default (the evaluation dtype)."""
+    sizes = _int_sizes(size)
+    _check_count(math.prod(sizes))
+    return torch.zeros(sizes, dtype=_floating(dtype, default_dtype), device=device)
+
+
+def full(size, fill_value, dtype=None, device=None, default_dtype=None):
+    """``torch.full``; an int fill gives int64 and a bool fill gives bool, as in torch."""
+    sizes = _int_sizes(size if isinstance(size, (tuple, list)) else (size,))
+    _check_count(math.prod(sizes))
+    if dtype is None and _is_float(fill_value):
+        dtype = _floating(None, default_dtype)
+    return torch.full(sizes, fill_value, dtype=dtype, device=device)
+
+
+def eye(n, m=None, dtype=None, device=None, default_dtype=None):
+    """``torch.eye``: an ``n x m`` identity, floating by default."""
+    rows = operator.index(n)
+    cols = rows if m is None else operator.index(m)
+    _check_count(rows * cols)
+    return torch.eye(rows, cols, dtype=_floating(dtype, default_dtype), device=device)
+
+
+def _arange_length(args) -> int:
+    # ceil((end - start) / step), as torch computes it; 0 for ranges torch rejects itself.
+    if not 1 <= len(args) <= 3:
+        return 0
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    try:
+        return math.ceil((float(end) - float(start)) / float(step))
+    except (ArithmeticError, ValueError, TypeError):
+        return 0
+
+
+def arange(*args, dtype=None, device=None, default_dtype=None):
+    """``torch.arange``: int64 when every bound is an int, else the evaluation dtype."""
+    _check_count(_arange_length(args))
+    if dtype is None and any(_is_float(a) for a in args):
+        dtype = _floating(None, default_dtype)
+    return torch.arange(*args, dtype=dtype, device=device)
+
+
+def tensor(data, dtype=None, device=None, default_dtype=None):
+    """``torch.tensor``: ints stay int64, bools stay bool, floats take the evaluation dtype."""
+    if dtype is None and _contains_float(data):
+        dtype = _floating(None, default_dtype)
+    if isinstance(data, Tensor):
+        return data.detach().to(device=device, dtype=dtype, copy=True)
+    result = torch.tensor(data, dtype=dtype, device=device)
+    if dtype is None and result.is_floating_point():  # e.g. tensor([]): torch's default
+        result = result.to(_floating(None, default_dtype))
+    return result
+
+
+def masked_fill(x, mask, value):
+    """``torch.masked_fill``: ``value`` where ``mask`` is True."""
+    _check_broadcast(x, mask)
+    return torch.masked_fill(x, mask, value)
+
+
+def matmul(a, b):
+    """``torch.matmul`` (the ``@`` operator)."""
+    _check_matmul(a, b)
+    return torch.matmul(a, b)
+
+
+def bmm(a, b):
+    """``torch.bmm``: batched ``(B, n, k) @ (B, k, m)``."""
+    _check_matmul(a, b)
+    return torch.bmm(a, b)
+
+
+def exp(x):
+    """``torch.exp`` for tensors, ``math.exp`` for numbers."""
+    return torch.exp(x) if isinstance(x, Tensor) else math.exp(x)
+
+
+def log(x):
+    """``torch.log`` for tensors, ``math.log`` for numbers."""
+    return torch.log(x) if isinstance(x, Tensor) else math.log(x)
+
+
+def sqrt(x):
+    """``torch.sqrt`` for tensors, ``math.sqrt`` (a float) for numbers."""
+    return torch.sqrt(x) if isinstance(x, Tensor) else math.sqrt(x)
+
+
+def abs_(x):
+    """``torch.abs`` for tensors, Python ``abs`` for numbers."""
+    return torch.abs(x) if isinstance(x, Tensor) else abs(x)
+
+
+def softmax(x, dim=-1):
+    """``torch.nn.functional.softmax`` along ``dim`` (the last by default)."""
+    return F.softmax(x, dim=dim)
+
+
+def where(condition, x, y):
+    """``torch.where(condition, x, y)``: ``x`` where ``condition`` is True, else ``y``."""
+    _check_broadcast(condition, x)
+    _check_broadcast(condition, y)
+    _check_broadcast(x, y)
+    return torch.where(condition, x, y)
+
+
+def _as_tensor_pair(a, b):
+    # Promote a Python number to a tensor like its partner, for torch.maximum/minimum.
+    if not isinstance(a, Tensor):
+        a = torch.as_tensor(a, dtype=b.dtype, device=b.device)
+    if not isinstance(b, Tensor):
+        b = torch.as_tensor(b, dtype=a.dtype, device=a.device)
+    return a, b
+
+
+def maximum(a, b):
+    """Elementwise maximum; numbers are allowed on either side."""
+    if not (isinstance(a, Tensor) or isinstance(b, Tensor)):
+        return max(a, b)
+    _check_broadcast(a, b)
+    return torch.maximum(*_as_tensor_pair(a, b))
+
+
+def minimum(a, b):
+    """Elementwise minimum; numbers are allowed on either side."""
+    if not (isinstance(a, Tensor) or isinstance(b, Tensor)):
+        return min(a, b)
+    _check_broadcast(a, b)
+    return torch.minimum(*_as_tensor_pair(a, b))
+
+
+BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
+    {
+        "tril": torch.tril,
+        "triu": torch.triu,
+        "ones": ones,
+        "zeros": zeros,
+        "full": full,
+        "eye": eye,
+        "arange": arange,
+        "tensor": tensor,
+        "masked_fill": masked_fill,
+        "bmm": bmm,
+        "matmul": matmul,
+        "exp": exp,
+        "log": log,
+        "sqrt": sqrt,
+        "abs": abs_,
+        "softmax": softmax,
+        "stack": torch.stack,
+        "cat": torch.cat,
+        "where": where,
+        "maximum": maximum,
+        "minimum": minimum,
+        "float": float,
+        "int": int,
+    }
+)
+
+# Builtins that receive the evaluation device and dtype.
+_CREATION = frozenset({ones, zeros, full, eye, arange, tensor})
+
+
+# --------------------------------------------------------------------------- tensor attributes
+
+TENSOR_PROPERTIES = frozenset({"T", "mT", "shape", "ndim", "dtype"})
+
+TENSOR_METHODS = frozenset(
+    """
+    transpose permute reshape view unsqueeze squeeze flatten contiguous clone detach
+    sum mean std var amax amin max min argmax argmin abs exp log sqrt cumsum
+    repeat expand tril triu masked_fill softmax
+    float double half bfloat16 long int bool
+    size numel dim item allclose isclose isfinite isnan eq ne lt le gt ge matmul to
+    """.split()
+)
+
+# Fields of the named tuples that x.max(dim) and x.min(dim) return.
+_RESULT_FIELDS = frozenset({"values", "indices"})
+_RESULT_TYPES = (torch.return_types.max, torch.return_types.min)
+
+
+def _guard_repeat(x, args, kwargs):
+    # Result has x.numel() * prod(repeats) elements.
+    repeats = _int_sizes(args or (kwargs.get("repeats", ()),))
+    _check_count(x.numel() * math.prod(repeats))
+
+
+def _guard_expand(x, args, kwargs):
+    # -1 keeps the existing size of an aligned dimension.
+    sizes = _int_sizes(args or (kwargs.get("size", ()),))
+    offset = len(sizes) - x.dim()
+    count = 1
+    for i, size in enumerate(sizes):
+        count *= x.shape[i - offset] if size == -1 and i >= offset else size
+    _check_count(count)
+
+
+def _guard_to(x, args, kwargs):
+    # Only dtype conversions: no devices, no tensors-as-templates.
+    dtypes = list(args)
+    if "dtype" in kwargs:
+        dtypes.append(kwargs["dtype"])
+    only_dtypes = dtypes and all(isinstance(d, torch.dtype) for d in dtypes)
+    if not only_dtypes or set(kwargs) - {"dtype", "copy"}:
+        raise _Refusal("`to` only converts dtypes, e.g. `x.to(float64)`")
+
+
+def _guard_other(x, args, kwargs):
+    # Methods that broadcast x against their first argument.
+    if args:
+        _check_broadcast(x, args[0])
+
+
+def _guard_matmul(x, args, kwargs):
+    # x.matmul(other), sized like the @ operator.
+    if args:
+        _check_matmul(x, args[0])
+
+
+_METHOD_GUARDS: dict[str, Callable] = {
+    "repeat": _guard_repeat,
+    "expand": _guard_expand,
+    "to": _guard_to,
+    "matmul": _guard_matmul,
+    **dict.fromkeys(
+        ["masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "allclose"], _guard_other
+    ),
+}
+
+
+# --------------------------------------------------------------------------- positions
+
+
+def _line_starts(text: str) -> list[int]:
+    # Character offsets where each line begins (ast counts \n, \r\n and \r as line ends).
+    return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+
+
+def _column(source: str, lineno: int, char_offset: int) -> int:
+    """1-based column in ``source`` of a 0-based character offset on a line of its parsed text."""
+    body = source.lstrip()
+    shift = len(source) - len(body)
+    starts = _line_starts(body)
+    return shift + starts[min(lineno, len(starts)) - 1] + char_offset + 1
+
+
+def _node_column(source: str, node: ast.AST) -> int:
+    # ast gives col_offset in UTF-8 bytes; convert to characters on that line.
+    body = source.lstrip()
+    starts = _line_starts(body)
+    line_start = starts[node.lineno - 1]
+    line = body[line_start:].encode("utf-8")
+    chars = len(line[: node.col_offset].decode("utf-8", errors="replace"))
+    return _column(source, node.lineno, chars)
+
+
+def _attr_column(source: str, node: ast.Attribute) -> int:
+    # The column of the attribute name itself (``x.__class__`` -> the ``_``), when locatable.
+    segment = ast.get_source_segment(source.lstrip(), node) or ""
+    if node.end_lineno == node.lineno and segment.endswith(node.attr):
+        return _node_column(source, node) + len(segment) - len(node.attr)
+    return _node_column(source, node)
+
+
+def _segment(source: str, node: ast.AST) -> str:
+    # The node's source text on one line.
+    text = ast.get_source_segment(source.lstrip(), node) or ast.unparse(node)
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+
+
+# --------------------------------------------------------------------------- validation
+
+_BINOPS: dict[type, Callable] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: _power,
+    ast.MatMult: operator.matmul,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+}
+
+_UNARYOPS: dict[type, Callable] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+    ast.Not: operator.not_,
+}
+
+_COMPAREOPS: dict[type, Callable] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+_OP_SYMBOLS = {ast.LShift: "<<", ast.RShift: ">>", ast.Is: "is", ast.IsNot: "is not",
+               ast.In: "in", ast.NotIn: "not in"}
+
+# Node types refused outright, with the reason given.
+_REFUSED: dict[type, str] = {
+    ast.JoinedStr: "f-strings are not allowed",
+    ast.Dict: "dicts are not allowed",
+    ast.Set: "sets are not allowed",
+    ast.ListComp: "comprehensions are not allowed",
+    ast.SetComp: "comprehensions are not allowed",
+    ast.DictComp: "comprehensions are not allowed",
+    ast.GeneratorExp: "comprehensions are not allowed",
+    ast.Lambda: "lambdas are not allowed",
+    ast.IfExp: "conditional expressions (`a if c else b`) are not allowed",
+    ast.NamedExpr: "assignment expressions (`:=`) are not allowed",
+    ast.Starred: "starred expressions (`*x`) are not allowed",
+    ast.Await: "await is not allowed",
+    ast.Yield: "yield is not allowed",
+    ast.YieldFrom: "yield is not allowed",
+    ast.BoolOp: "`and`/`or` are not allowed; use `&` and `|` on masks",
+}
+
+# Keyword arguments that would write into a tensor or pick a device.
+_REFUSED_KEYWORDS = frozenset({"out", "device", "default_dtype"})
+
+# Receivers that can never be a tensor or a record.
+_LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple)
+
+
+class _Validator:
+    """One pass over a parsed tree: refuses what is not allowed, collects names and calls."""
+
+    def __init__(self, source: str, functions: frozenset[str]):
+        self.source = source
+        self.functions = functions
+        self.names: set[str] = set()
+        self.calls: set[str] = set()
+
+    def refuse(self, message: str, node: ast.AST | None = None, column: int | None = None):
+        if column is None and node is not None:
+            column = _node_column(self.source, node)
+        raise ExprError(message, column, self.source)
+
+    def visit(self, node: ast.AST, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            self.refuse(f"expression is nested too deeply; the limit is {MAX_DEPTH}", node)
+        check = getattr(self, "visit_" + type(node).__name__, None)
+        if check is None:
+            reason = _REFUSED.get(type(node), f"{type(node).__name__} expressions are not allowed")
+            self.refuse(reason, node)
+        check(node, depth + 1)
+
+    def visit_optional(self, node: ast.AST | None, depth: int) -> None:
+        if node is not None:
+            self.visit(node, depth)
+
+    def visit_Constant(self, node: ast.Constant, depth: int) -> None:
+        value = node.value
+        if isinstance(value, str):
+            self.refuse("strings are not allowed", node)
+        if isinstance(value, bytes):
+            self.refuse("bytes are not allowed", node)
+        if isinstance(value, complex):
+            self.refuse("complex numbers are not allowed", node)
+
+    def visit_Name(self, node: ast.Name, depth: int) -> None:
+        self.check_identifier(node.id, "names", node)
+        if node.id not in CONSTANTS:
+            self.names.add(node.id)
+
+    def visit_Tuple(self, node: ast.Tuple, depth: int) -> None:
+        for element in node.elts:
+            self.visit(element, depth)
+
+    visit_List = visit_Tuple
+
+    def visit_BinOp(self, node: ast.BinOp, depth: int) -> None:
+        self.check_operator(node.op, _BINOPS, node)
+        self.visit(node.left, depth)
+        self.visit(node.right, depth)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp, depth: int) -> None:
+        self.visit(node.operand, depth)
+
+    def visit_Compare(self, node: ast.Compare, depth: int) -> None:
+        if len(node.ops) > 1:
+            self.refuse("chained comparisons are not allowed; compare two values at a time", node)
+        self.check_operator(node.ops[0], _COMPAREOPS, node)
+        self.visit(node.left, depth)
+        self.visit(node.comparators[0], depth)
+
+    def visit_Subscript(self, node: ast.Subscript, depth: int) -> None:
+        self.visit(node.value, depth)
+        self.visit(node.slice, depth)
+
+    def visit_Slice(self, node: ast.Slice, depth: int) -> None:
+        for part in (node.lower, node.upper, node.step):
+            self.visit_optional(part, depth)
+
+    def visit_Attribute(self, node: ast.Attribute, depth: int) -> None:
+        self.check_attribute(node)
+        self.visit(node.value, depth)
+
+    def visit_Call(self, node: ast.Call, depth: int) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            self.check_identifier(func.id, "names", func)
+            if func.id not in self.functions:
+                self.refuse(f"unknown function '{func.id}'", func)
+            self.calls.add(func.id)
+        elif isinstance(func, ast.Attribute):
+            self.check_attribute(func)
+            if func.attr not in TENSOR_METHODS:
+                column = _attr_column(self.source, func)
+                self.refuse(f"method '{func.attr}' is not allowed", column=column)
+            self.visit(func.value, depth)
+        else:
+            self.refuse("only named functions and tensor methods can be called", func)
+        for argument in node.args:
+            self.visit(argument, depth)
+        for keyword in node.keywords:
+            self.check_keyword(keyword)
+            self.visit(keyword.value, depth)
+
+    def check_identifier(self, name: str, kind: str, node: ast.AST) -> None:
+        if name.startswith("_"):
+            self.refuse(f"{kind} starting with '_' are not allowed: '{name}'", node)
+
+    def check_attribute(self, node: ast.Attribute) -> None:
+        if node.attr.startswith("_"):
+            column = _attr_column(self.source, node)
+            self.refuse(f"attributes starting with '_' are not allowed: '{node.attr}'", column=column)
+        if isinstance(node.value, _LITERAL_NODES):
+            self.refuse("attributes and methods are only allowed on tensors and records", node)
+
+    def check_keyword(self, keyword: ast.keyword) -> None:
+        if keyword.arg is None:
+            self.refuse("`**` arguments are not allowed", keyword)
+        self.check_identifier(keyword.arg, "keyword arguments", keyword)
+        if keyword.arg in _REFUSED_KEYWORDS:
+            self.refuse(f"keyword argument '{keyword.arg}' is not allowed", keyword)
+
+    def check_operator(self, op: ast.AST, allowed: Mapping, node: ast.AST) -> None:
+        if type(op) not in allowed:
+            symbol = _OP_SYMBOLS.get(type(op), type(op).__name__)
+            self.refuse(f"operator `{symbol}` is not allowed", node)
+
+
+# --------------------------------------------------------------------------- parse
+
+
+def _parse_tree(source: str) -> ast.Expression:
+    # ast.parse with its failures turned into ExprError.
+    body = source.lstrip()
+    try:
+        return ast.parse(body, mode="eval")
+    except SyntaxError as exc:
+        if exc.offset:
+            column = _column(source, exc.lineno or 1, exc.offset - 1)
+            raise ExprError(f"syntax error: {exc.msg}", column, source) from None
+        column = len(source.rstrip()) + 1
+        raise ExprError(f"syntax error: {exc.msg} (the expression ends early)", column, source) from None
+    except (RecursionError, MemoryError):
+        raise ExprError(f"expression is nested too deeply; the limit is {MAX_DEPTH}", None, source) from None
+    except ValueError as exc:  # e.g. a NUL character
+        raise ExprError(f"syntax error: {exc}", None, source) from None
+
+
+def parse(source: str, *, extra_functions: Collection[str] = ()) -> Expr:
+    """Parse and validate an expression, once.
+
+    Args:
+        source: the expression text (at most 2000 characters).
+        extra_functions: names of functions the caller will supply to
+            :meth:`Expr.evaluate` (e.g. ``"attention"``); these and :data:`BUILTINS`
+            are the only names that may be called.
+
+    Returns:
+        An :class:`Expr` that can be evaluated many times.
+
+    Raises:
+        ExprError: naming the refused construct and its column.
+    """
+    if not isinstance(source, str):
+        raise ExprError(f"an expression must be a string, not {type(source).__name__}")
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ExprError(
+            f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}",
+            None,
+            source,
+        )
+    tree = _parse_tree(source)
+    validator = _Validator(source, frozenset(BUILTINS) | frozenset(extra_functions))
+    validator.visit(tree.body, 1)
+    return Expr(source, tree, frozenset(validator.names), frozenset(validator.calls))
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+class _Context:
+    """What one evaluation needs: the scope, the functions, the device and dtype."""
+
+    __slots__ = ("source", "scope", "functions", "device", "dtype")
+
+    def __init__(self, source, scope, functions, device, dtype):
+        self.source = source
+        self.scope = scope
+        self.functions = functions
+        self.device = device
+        self.dtype = dtype
+
+    def error(self, message: str, node: ast.AST) -> ExprError:
+        return ExprError(message, _node_column(self.source, node), self.source)
+
+    def failure(self, node: ast.AST, exc: BaseException) -> ExprError:
+        # "`q @ k` failed: <torch's first line>", or "refused" for a guard's refusal.
+        if isinstance(exc, _Refusal):
+            verb, text = "refused", exc.message
+        else:
+            verb, text = "failed", (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return self.error(f"`{_segment(self.source, node)}` {verb}: {text}", node)
+
+
+def _evaluate(node: ast.AST, ctx: _Context):
+    # The dispatch: one function per allowed node type.
+    return _EVALUATORS[type(node)](node, ctx)
+
+
+def _eval_constant(node: ast.Constant, ctx: _Context):
+    return node.value
+
+
+def _eval_name(node: ast.Name, ctx: _Context):
+    name = node.id
+    try:
+        return ctx.scope[name]
+    except KeyError:
+        pass
+    try:
+        return CONSTANTS[name]
+    except KeyError:
+        raise ctx.error(f"unknown name '{name}'", node) from None
+
+
+def _eval_tuple(node: ast.Tuple, ctx: _Context):
+    return tuple([_evaluate(element, ctx) for element in node.elts])
+
+
+def _eval_list(node: ast.List, ctx: _Context):
+    return [_evaluate(element, ctx) for element in node.elts]
+
+
+def _eval_binop(node: ast.BinOp, ctx: _Context):
+    left = _evaluate(node.left, ctx)
+    right = _evaluate(node.right, ctx)
+    op = _BINOPS[type(node.op)]
+    try:
+        if isinstance(left, (tuple, list)) or isinstance(right, (tuple, list)):
+            if op is not operator.add:  # no `[0] * 10**9`
+                raise TypeError("only `+` is allowed on tuples and lists")
+        elif op is operator.matmul:
+            _check_matmul(left, right)
+        else:
+            _check_broadcast(left, right)
+        return op(left, right)
+    except Exception as exc:
+        raise ctx.failure(node, exc) from exc
+
+
+def _eval_unaryop(node: ast.UnaryOp, ctx: _Context):
+    operand = _evaluate(node.operand, ctx)
+    try:
+        return _UNARYOPS[type(node.op)](operand)
+    except Exception as exc:
+        raise ctx.failure(node, exc) from exc
+
+
+def _eval_compare(node: ast.Compare, ctx: _Context):
+    left = _evaluate(node.left, ctx)
+    right = _evaluate(node.comparators[0], ctx)
+    try:
+        _check_broadcast(left, right)
+        return _COMPAREOPS[type(node.ops[0])](left, right)
+    except Exception as exc:
+        raise ctx.failure(node, exc) from exc
+
+
+def _eval_slice(node: ast.Slice, ctx: _Context):
+    lower = None if node.lower is None else _evaluate(node.lower, ctx)
+    upper = None if node.upper is None else _evaluate(node.upper, ctx)
+    step = None if node.step is None else _evaluate(node.step, ctx)
+    return slice(lower, upper, step)
+
+
+def _eval_subscript(node: ast.Subscript, ctx: _Context):
+    value = _evaluate(node.value, ctx)
+    index = _evaluate(node.slice, ctx)
+    if not isinstance(value, (Tensor, tuple, list)):  # torch.Size is a tuple
+        raise ctx.error(f"`{_segment(ctx.source, node)}` failed: cannot index a {type(value).__name__}", node)
+    try:
+        return value[index]
+    except Exception as exc:
+        raise ctx.failure(node, exc) from exc
+
+
+def _eval_attribute(node: ast.Attribute, ctx: _Context):
+    value = _evaluate(node.value, ctx)
+    attr = node.attr
+    if isinstance(value, Tensor):
+        if attr in TENSOR_PROPERTIES:
+            try:
+                return getattr(value, attr)
+            except Exception as exc:
+                raise ctx.failure(node, exc) from exc
+        hint = "; it is a method, call it" if attr in TENSOR_METHODS else ""
+        problem = f"tensors have no property '{attr}'{hint}"
+    elif isinstance(value, types.SimpleNamespace):
+        fields = vars(value)  # the record's own fields only
+        if attr in fields:
+            return fields[attr]
+        problem = f"the record has no field '{attr}' (it has: {', '.join(sorted(fields)) or 'none'})"
+    elif isinstance(value, _RESULT_TYPES) and attr in _RESULT_FIELDS:
+        return getattr(value, attr)
+    else:
+        problem = f"cannot read attribute '{attr}' of a {type(value).__name__}"
+    raise ctx.error(f"`{_segment(ctx.source, node)}` failed: {problem}", node)
+
+
+def _eval_arguments(node: ast.Call, ctx: _Context):
+    # Positional and keyword argument values, in source order.
+    args = [_evaluate(argument, ctx) for argument in node.args]
+    kwargs = {keyword.arg: _evaluate(keyword.value, ctx) for keyword in node.keywords}
+    return args, kwargs
+
+
+def _eval_call(node: ast.Call, ctx: _Context):
+    func = node.func
+    if type(func) is ast.Attribute:
+        return _call_method(node, func, ctx)
+    name = func.id
+    supplied = ctx.functions.get(name) if ctx.functions else None
+    if supplied is not None:
+        args, kwargs = _eval_arguments(node, ctx)
+        return supplied(*args, **kwargs)  # the caller's exceptions pass through unchanged
+    builtin = BUILTINS.get(name)
+    if builtin is None:
+        raise ctx.error(f"function '{name}' was not supplied", func)
+    args, kwargs = _eval_arguments(node, ctx)
+    if builtin in _CREATION:
+        kwargs["device"] = ctx.device
+        kwargs["default_dtype"] = ctx.dtype
+    try:
+        return builtin(*args, **kwargs)
+    except Exception as exc:
+        raise ctx.failure(node, exc) from exc
+
+
+def _call_method(node: ast.Call, func: ast.Attribute, ctx: _Context):
+    receiver = _evaluate(func.value, ctx)
+    name = func.attr
+    if not isinstance(receiver, Tensor):
+        kind = type(receiver).__name__
+        raise ctx.error(
+            f"`{_segment(ctx.source, node)}` failed: '{name}' is a tensor method, "
+            f"and the value is a {kind}",
+            node,
+        )
+    args, kwargs = _eval_arguments(node, ctx)
+    guard = _METHOD_GUARDS.get(name)
+    try:
+        if guard is not None:
+            guard(receiver, args, kwargs)
+        return getattr(receiver, name)(*args, **kwargs)
+    except Exception as exc:
+        raise ctx.failure(node, exc) from exc
+
+
+_EVALUATORS: dict[type, Callable] = {
+    ast.Constant: _eval_constant,
+    ast.Name: _eval_name,
+    ast.Tuple: _eval_tuple,
+    ast.List: _eval_list,
+    ast.BinOp: _eval_binop,
+    ast.UnaryOp: _eval_unaryop,
+    ast.Compare: _eval_compare,
+    ast.Slice: _eval_slice,
+    ast.Subscript: _eval_subscript,
+    ast.Attribute: _eval_attribute,
+    ast.Call: _eval_call,
+}
+
+
+# --------------------------------------------------------------------------- Expr
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A validated expression: evaluate it as often as needed.
+
+    Attributes:
+        source: the text as given.
+        tree: the validated ``ast.Expression``.
+        names: free variable names it reads (not functions, not :data:`CONSTANTS`).
+        calls: plain function names it calls (not methods).
+    """
+
+    source: str
+    tree: ast.Expression = field(compare=False, repr=False)
+    names: frozenset[str] = frozenset()
+    calls: frozenset[str] = frozenset()
+
+    def evaluate(
+        self,
+        scope: Mapping[str, object],
+        *,
+        functions: Mapping[str, Callable] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> object:
+        """Evaluate with ``scope`` for names and ``functions`` for caller-supplied calls.
+
+        Creation functions build on ``device``; their floating results are ``dtype``.
+        Failures of builtins, methods and operators raise :class:`ExprError` quoting the
+        failing sub-expression; exceptions from ``functions`` propagate unchanged.
+        """
+        ctx = _Context(self.source, scope, functions, torch.device(device), dtype)
+        return _evaluate(self.tree.body, ctx)
+

@@ -1,0 +1,57 @@
+"""pytest glue: every check of every case file becomes one parametrised item per device.
+
+Loaded by the project's ``conftest.py``. A test function that asks for the ``case_check``
+and ``device`` fixtures is parametrised with ids ``<file>/<case>/<check>-<device>`` and the
+``case`` mark; a case file (or case) that fails to load becomes one failing item of its own.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_core.harness import runner
+
+DEVICES = ("cpu", "cuda")
+_NO_CUDA = "CUDA is not available here (torch.cuda.is_available() is False)"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attention_core", "attention case checks")
+    group.addoption("--device", action="append", choices=DEVICES, default=None,
+                    help="run case checks on this device only (repeatable); default: cpu and cuda, "
+                         "cuda reported skipped when unavailable")
+    group.addoption("--cases", default=None, metavar="DIR",
+                    help="folder of case files (default: the project's cases/)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "case: a check of a case file (cases/*.yaml) on one device")
+
+
+def case_items(config):
+    """The session's check items, loaded once."""
+    items = getattr(config, "_attention_case_items", None)
+    if items is None:
+        folder = config.getoption("--cases") or runner.default_cases_folder()
+        items = runner.collect(Path(folder))
+        config._attention_case_items = items
+    return items
+
+
+def pytest_generate_tests(metafunc):
+    if "case_check" not in metafunc.fixturenames:
+        return
+    devices = metafunc.config.getoption("--device") or DEVICES
+    cuda = torch.cuda.is_available()
+    params = []
+    for item in case_items(metafunc.config):
+        if item.error is not None:
+            params.append(pytest.param(item, None, id=item.id, marks=pytest.mark.case))
+            continue
+        for device in devices:
+            marks = [pytest.mark.case]
+            if device == "cuda" and not cuda:
+                marks.append(pytest.mark.skip(reason=_NO_CUDA))
+            params.append(pytest.param(item, device, id=f"{item.id}-{device}", marks=marks))
+    metafunc.parametrize(("case_check", "device"), params)

@@ -1,0 +1,1 @@
+pytest_plugins = ["attention_core.harness.pytest_plugin"]

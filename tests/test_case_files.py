@@ -1,0 +1,175 @@
+"""Case files: the format's forms load, and every malformed file or case fails alone, naming its line."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_core.harness import runner
+from attention_core.harness.cases import load_file
+
+GOOD = """\
+document: {title: A test document}
+cases:
+  - id: good
+    inputs:
+      a: [[1, 2], [3, 4]]
+    checks:
+      - id: double
+        expr: a * 2
+        expect:
+          out: |
+            tensor([[2., 4.],
+                    [6., 8.]])
+"""
+
+
+def _write(tmp_path, text, name="case.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def _error(tmp_path, text):
+    loaded = load_file(_write(tmp_path, text))
+    assert len(loaded.errors) == 1, loaded.errors
+    return loaded.errors[0]
+
+
+def test_a_good_file_loads_with_lines_and_sources(tmp_path):
+    loaded = load_file(_write(tmp_path, GOOD))
+    assert loaded.errors == ()
+    (case,) = loaded.cases
+    assert case.source.title == "A test document" and case.dtype == torch.float32
+    (check,) = case.checks
+    assert (check.kind, check.line, check.expectations[0].line) == ("expr", 7, 11)
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ("document: {title: T}\ncases:\n  - id: a\n    checks: [\n", 5, "YAML syntax error"),
+    ("document: {title: T}\ncases: []\n", 2, "'cases' must be a non-empty list"),
+    ("cases: [{id: a, checks: []}]\n", 1, "missing 'document'"),
+])
+def test_file_level_problems_name_the_line(tmp_path, text, line, words):
+    err = _error(tmp_path, text)
+    assert err.line == line and words in err.message
+
+
+def _case(body):
+    return "document: {title: T}\ncases:\n" + textwrap.indent(textwrap.dedent(body), "  ")
+
+
+@pytest.mark.parametrize(("body", "line", "words"), [
+    ("""\
+     - id: ragged
+       inputs:
+         a: [[1, 2], [3]]
+       checks: [{id: c, expr: a, expect: {out: [1]}}]
+     """, 5, "ragged list: row [1] has 1 elements, row [0] has 2"),
+    ("""\
+     - id: unknown_function
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: eval(a)
+           expect: {out: [1.0]}
+     """, 7, "unknown function 'eval'"),
+    ("""\
+     - id: unknown_spec_call
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           call: tril(a)
+           expect: {out: [1.0]}
+     """, 7, "'call' must call one spec function"),
+    ("""\
+     - id: unknown_name
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: a + b
+           expect: {out: [1.0]}
+     """, 7, "uses 'b', which is not defined before it"),
+    ("""\
+     - id: bad_text
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: a
+           expect:
+             out: |
+               tensor([[1., 2.],
+                       [3.]])
+     """, 11, "ragged"),
+    ("""\
+     - id: cut_off_without_partial
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: a
+           expect:
+             out: |
+               tensor([[1., 2.],
+     """, 10, "partial"),
+    ("""\
+     - id: draw_without_seed
+       inputs: {x: {randn: [2, 2]}}
+       checks: [{id: c, expr: x, expect: {out: "torch.Size([2, 2])"}}]
+     """, 4, "has no 'seed'"),
+    ("""\
+     - id: lone_rtol
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: a
+           expect: {out: {values: [1.0], rtol: 0.1}}
+     """, 8, "rtol and atol together"),
+    ("""\
+     - id: typo_key
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           exprr: a
+           expect: {out: [1.0]}
+     """, 7, "unknown key 'exprr' in a check"),
+    ("""\
+     - id: duplicate_key
+       inputs: {a: [1.0], a: [2.0]}
+       checks: [{id: c, expr: a, expect: {out: [1.0]}}]
+     """, 4, "duplicate key 'a'"),
+    ("""\
+     - id: unquoted_commas
+       inputs:
+         t: {expr: tril(ones(8, 8))}
+       checks: [{id: c, expr: t, expect: {out: [1.0]}}]
+     """, 5, "must be quoted"),
+])
+def test_case_level_problems_name_the_line_and_the_problem(tmp_path, body, line, words):
+    err = _error(tmp_path, _case(body))
+    assert words in err.message
+    assert err.line == line, (err.line, err.message)
+    assert str(err).startswith(f"{tmp_path.name}/case.yaml:{line}: ") or f"case.yaml:{line}: " in str(err)
+
+
+def test_a_malformed_case_fails_alone_and_its_neighbours_still_run(tmp_path):
+    _write(tmp_path, GOOD, "a_good.yaml")
+    _write(tmp_path, GOOD.replace("a * 2", "a @@ 2"), "b_bad_case.yaml")
+    _write(tmp_path, "document: [\n", "c_bad_yaml.yaml")
+    items = runner.collect(tmp_path)
+    outcome = {item.id: runner.run(item).passed for item in items}
+    assert outcome == {"a_good/good/double": True, "b_bad_case/good/invalid": False, "c_bad_yaml/invalid": False}
+
+
+def test_pytest_reports_a_malformed_file_as_one_failing_item_with_file_and_line(tmp_path):
+    _write(tmp_path, GOOD, "a_good.yaml")
+    _write(tmp_path, GOOD.replace("[6., 8.]", "[6.]"), "b_ragged.yaml")
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "test_cases.py"), "-p", "no:cacheprovider",
+                          "-q", "--cases", str(tmp_path), "--device", "cpu", "-p", "no:randomly"],
+                         capture_output=True, text=True, cwd=root, timeout=120)
+    assert "1 failed, 1 passed" in run.stdout, run.stdout
+    assert "b_ragged/good/invalid" in run.stdout
+    assert "b_ragged.yaml:12: " in run.stdout and "ragged" in run.stdout

@@ -1,0 +1,89 @@
+"""Seeded streams: each draw equals the torch call it stands for after torch.manual_seed."""
+
+import pytest
+import torch
+from torch import nn
+
+from attention_core.harness.draws import check_spec, draw
+
+
+def _stream(seed, *draws_):
+    generator = torch.Generator().manual_seed(seed)
+    return [draw(kind, check_spec(kind, args), generator, torch.float32) for kind, args in draws_]
+
+
+def test_randn_matches_manual_seed_and_the_documents_first_value():
+    (x,) = _stream(42, ("randn", [4, 8, 2]))
+    torch.manual_seed(42)
+    assert torch.equal(x, torch.randn(4, 8, 2))
+    # Document 000 prints x[0, 0] = [1.9269, 1.4873].
+    torch.testing.assert_close(x[0, 0], torch.tensor([1.9269, 1.4873]), atol=5e-5, rtol=0)
+
+
+def test_randint_matches_manual_seed():
+    (b,) = _stream(42, ("randint", {"low": 0, "high": 10, "size": [8, 2]}))
+    torch.manual_seed(42)
+    assert torch.equal(b, torch.randint(0, 10, (8, 2)))
+    assert b.dtype == torch.int64
+    # Document 000 prints b = [[2., 7.], [6., 4.], ...] after the same seed.
+    assert b[:2].tolist() == [[2, 7], [6, 4]]
+
+
+def test_rand_follows_the_previous_draw_in_one_stream():
+    rand_a, rand_b = _stream(7, ("rand", [3, 4]), ("rand", [2]))
+    torch.manual_seed(7)
+    assert torch.equal(rand_a, torch.rand(3, 4))
+    assert torch.equal(rand_b, torch.rand(2))
+
+
+def test_linear_draws_equal_nn_linear_init_weight_then_bias_in_order():
+    key, query, value = _stream(3, ("linear", [2, 3]), ("linear", [2, 3]), ("linear", {"in_features": 2,
+                                                                                       "out_features": 3}))
+    torch.manual_seed(3)
+    modules = [nn.Linear(2, 3), nn.Linear(2, 3), nn.Linear(2, 3)]
+    for drawn, module in zip((key, query, value), modules):
+        assert torch.equal(drawn.weight, module.weight.detach())
+        assert torch.equal(drawn.bias, module.bias.detach())
+
+
+def test_linear_without_bias_draws_only_the_weight():
+    first, second = _stream(5, ("linear", {"in_features": 32, "out_features": 16, "bias": False}),
+                            ("linear", [32, 16, False]))
+    torch.manual_seed(5)
+    a, b = nn.Linear(32, 16, bias=False), nn.Linear(32, 16, bias=False)
+    assert first.bias is None
+    assert torch.equal(first.weight, a.weight.detach()) and torch.equal(second.weight, b.weight.detach())
+
+
+def test_embedding_then_rand_reproduces_document_004s_stream():
+    embed, w_q = _stream(123, ("embedding", [22, 64]), ("rand", [64, 32]))
+    torch.manual_seed(123)
+    module = nn.Embedding(22, 64)
+    assert torch.equal(embed, module.weight.detach())
+    assert torch.equal(w_q, torch.rand(64, 32))
+    # Document 004 prints W_Q[0, :3] = [0.0605, 0.2699, 0.3683] and the embedding's [0, :3] for word 10.
+    torch.testing.assert_close(w_q[0, :3], torch.tensor([0.0605, 0.2699, 0.3683]), atol=5e-5, rtol=0)
+
+
+def test_draws_in_float64_differ_from_float32():
+    generator = torch.Generator().manual_seed(42)
+    as64 = draw("randn", {"size": (4, 8, 2)}, generator, torch.float64)
+    (as32,) = _stream(42, ("randn", [4, 8, 2]))
+    assert not torch.allclose(as64, as32.double(), atol=1e-3)
+
+
+@pytest.mark.parametrize(("kind", "args", "message"), [
+    ("randn", [4, "8"], "size must be a list of whole numbers"),
+    ("randn", 4, "size must be a list"),
+    ("randint", [0, 10], "randint takes [low, high, size]"),
+    ("randint", [10, 0, [2]], "low (10) must be below high (0)"),
+    ("linear", {"in_features": 2}, "missing: out_features"),
+    ("linear", {"in_features": 2, "out_features": 3, "bais": True}, "unknown: bais"),
+    ("linear", [2, 3, "yes"], "bias must be true or false"),
+    ("embedding", [22, -1], "embedding_dim must be a whole number"),
+    ("rand", [100000, 100000], "more than 2**26 elements"),
+])
+def test_bad_draw_arguments_are_refused_with_the_reason(kind, args, message):
+    with pytest.raises(ValueError) as err:
+        check_spec(kind, args)
+    assert message in str(err.value)

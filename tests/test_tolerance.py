@@ -1,0 +1,156 @@
+"""The tolerance rule: what a printed or full-precision expectation allows, and what it catches."""
+
+import math
+
+import pytest
+import torch
+
+from attention_core import reference
+from attention_core.harness import compare, runner
+from attention_core.harness.tensor_text import parse_tensor
+
+CASES = runner.default_cases_folder()
+F32_EPS = torch.finfo(torch.float32).eps
+
+
+def _printed(actual, text, **kw):
+    return compare.compare_printed(torch.as_tensor(actual), parse_tensor(text), **kw)
+
+
+def test_fixed_print_allows_half_a_unit_of_its_last_digit_plus_noise():
+    allowed = 0.5e-4 + compare.NOISE_K * F32_EPS * 0.09
+    assert _printed(torch.tensor([0.09], dtype=torch.float64) + allowed * 0.99, "tensor([0.0900])") is None
+    miss = _printed(torch.tensor([0.09], dtype=torch.float64) + allowed * 1.01, "tensor([0.0900])")
+    assert miss is not None and miss.stage == "values"
+
+
+def test_noise_floor_scales_with_the_largest_expected_value_and_the_dtype():
+    values = torch.tensor([12.9777, 0.0])
+    assert compare.noise_floor(torch.float32, values) == pytest.approx(compare.NOISE_K * F32_EPS * 12.9777)
+    assert compare.noise_floor(torch.float64, values) == pytest.approx(
+        compare.NOISE_K * torch.finfo(torch.float64).eps * 12.9777)
+    assert compare.noise_floor(torch.float32, torch.tensor([-math.inf, 2.0])) == pytest.approx(
+        compare.NOISE_K * F32_EPS * 2.0)
+
+
+def test_integer_mode_print_is_checked_against_the_noise_floor_not_half_a_unit():
+    text = "tensor([2., 7.])"
+    assert _printed(torch.tensor([2.0, 7.0 + 1e-6]), text) is None
+    miss = _printed(torch.tensor([2.4, 7.0]), text)
+    assert miss is not None and miss.index == (0,)
+    assert _printed(torch.tensor(1e-9), "tensor(0.)") is not None  # an exact 0 in that run
+
+
+def test_e_notation_allows_half_a_unit_of_the_mantissas_last_digit():
+    assert _printed(torch.tensor([1.22984e-4], dtype=torch.float64), "tensor([1.2298e-04])") is None
+    assert _printed(torch.tensor([1.22990e-4], dtype=torch.float64), "tensor([1.2298e-04])") is not None
+
+
+def test_float32_subnormal_passes_in_float64_and_flushed_to_zero():
+    text = "tensor([0.0000e+00, 3.7835e-44, 1.0000e+00])"
+    as_float32 = reference.softmax(torch.tensor([100.0, 200.0, 300.0]), dim=0)
+    as_float64 = reference.softmax(torch.tensor([100.0, 200.0, 300.0], dtype=torch.float64), dim=0)
+    assert as_float64[1].item() == pytest.approx(3.72e-44, rel=1e-2)
+    for actual in (as_float32, as_float64, torch.tensor([0.0, 0.0, 1.0])):
+        assert _printed(actual, text) is None
+    assert _printed(torch.tensor([0.0, 3.7835e-44, 0.9998]), text) is not None
+
+
+def test_full_precision_uses_torch_testing_defaults_per_dtype():
+    expected = torch.tensor([1.0, 100.0], dtype=torch.float64)
+    rtol, atol = compare.default_tolerance(torch.float32)
+    assert (rtol, atol) == (1.3e-6, 1e-5)
+    near = (expected + atol * 0.9).float()
+    assert compare.compare_full(near, expected) is None
+    far = (expected + torch.tensor([0.0, 100 * rtol + atol * 2])).float()
+    assert compare.compare_full(far, expected).index == (1,)
+    assert compare.compare_full(far, expected, rtol=1e-3, atol=0.0) is None
+
+
+def test_a_single_expected_number_applies_to_every_element():
+    assert compare.compare_full(torch.ones(3, 4), torch.tensor(1.0, dtype=torch.float64)) is None
+    assert compare.compare_full(torch.ones(3, 4).index_fill(1, torch.tensor([2]), 0.5),
+                                torch.tensor(1.0, dtype=torch.float64)).index == (0, 2)
+
+
+def test_comparison_stops_at_the_first_failing_stage():
+    printed = "tensor([[1., 2.], [3., 4.]])"
+    assert _printed([1.0, 2.0, 3.0, 4.0], printed).stage == "shape"
+    shape = _printed(torch.zeros(2, 3), printed)
+    assert shape.message == "shape does not match: (2, 3) != (2, 2) (actual != expected)"
+    assert _printed(torch.tensor([[1, 2], [3, 4]]), printed).stage == "dtype"
+    assert _printed(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), printed, device="cuda").stage == "device"
+    assert compare.compare_printed((1, 2), parse_tensor(printed)).stage == "type"
+
+
+def test_values_report_names_count_worst_index_and_allowance():
+    miss = _printed(torch.tensor([[0.1, 0.2], [0.3, 0.9]]), "tensor([[0.1000, 0.2000], [0.3000, 0.4000]])")
+    lines = miss.message.splitlines()
+    assert lines[0] == "Values are not close!"
+    assert lines[1] == "Mismatched elements: 1 / 4 (25.0%)"
+    assert lines[2].startswith("Greatest absolute difference: 0.5 at index (1, 1) (up to 5.")
+    assert "(1, 1)" in lines[-1] and "0.4" in lines[-1]
+
+
+def test_nan_and_infinities_match_only_themselves():
+    text = "tensor([nan, inf, -inf, 1.])"
+    assert _printed(torch.tensor([math.nan, math.inf, -math.inf, 1.0]), text) is None
+    assert _printed(torch.tensor([0.0, math.inf, -math.inf, 1.0]), text).index == (0,)
+    assert _printed(torch.tensor([math.nan, -math.inf, -math.inf, 1.0]), text).index == (1,)
+
+
+def _item(check_id):
+    return next(i for i in runner.collect(CASES) if i.id == check_id)
+
+
+def test_rounding_of_printed_inputs_is_propagated(monkeypatch):
+    # Document 000 prints matmul_qk[0] to 4 decimals; scaled by 3^-0.5 and masked it misses the
+    # printed scores by 7.4e-5 at (7, 7), more than half a unit: only the propagated input rounding
+    # lets the right computation pass.
+    item = _item("000_attention_explained/version3_p_attn/scores_masked")
+    spread = runner._rounding_spread(item)["out"]
+    assert 1e-5 < float(spread[7, 7]) < 1e-4
+    assert runner.run(item).passed
+    monkeypatch.setattr(runner, "PERTURBATIONS", 0)
+    runner._rounding_spread_cached.cache_clear()
+    try:
+        result = runner.run(item)
+        assert not result.passed and "at index (7, 7)" in result.report
+    finally:
+        runner._rounding_spread_cached.cache_clear()
+
+
+def _no_scale(q, k, v, mask=None, scale=None):
+    return reference.attention(q, k, v, mask=mask, scale=1.0 if scale is None else scale)
+
+
+def _softmax_wrong_axis(x, dim=-1):
+    return reference.softmax(x, dim=-2 if x.ndim > 1 else dim)
+
+
+def _attention_wrong_axis(q, k, v, mask=None, scale=None):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+    weights = torch.softmax(scores, dim=-2)
+    return weights @ v, weights
+
+
+def _inverted_mask(q, k, v, mask=None, scale=None):
+    return reference.attention(q, k, v, mask=~mask if mask is not None else None, scale=scale)
+
+
+@pytest.mark.parametrize(("mistake", "functions", "caught_by"), [
+    ("no 1/sqrt(d_k)", {"attention": _no_scale}, "002_attention_mechanism/attention_value_T/attention_xxx"),
+    ("softmax over the wrong axis", {"softmax": _softmax_wrong_axis}, "001_self_attention/four_by_four/softmax"),
+    ("attention softmax over the wrong axis", {"attention": _attention_wrong_axis},
+     "000_attention_explained/version3_p_attn/p_attn"),
+    ("inverted mask", {"attention": _inverted_mask}, "000_attention_explained/version3_p_attn/p_attn"),
+])
+def test_tolerance_never_swallows_a_real_mistake(mistake, functions, caught_by):
+    item = _item(caught_by)
+    assert runner.run(item).passed, "the reference passes the check"
+    result = runner.run(item, functions={**runner.REFERENCE, **functions})
+    assert not result.passed, f"{mistake} passed {caught_by}"
+    assert "Values are not close!" in result.report
