@@ -388,7 +388,7 @@ def test_builtin_list():
     assert set(BUILTINS) == {
         "tril", "triu", "ones", "zeros", "full", "eye", "arange", "tensor", "masked_fill",
         "bmm", "matmul", "exp", "log", "sqrt", "abs", "softmax", "stack", "cat", "where",
-        "maximum", "minimum", "float", "int",
+        "maximum", "minimum", "float", "int", "scaled_dot_product_attention", "torch_layer_norm",
     }
     assert set(CONSTANTS) == {
         "inf", "nan", "pi", "float16", "bfloat16", "float32", "float64", "int32", "int64", "bool",
@@ -849,3 +849,12 @@ def test_expr_error_shape():
     assert str(ExprError("boom")) == "boom"
     copy = pickle.loads(pickle.dumps(err))
     assert (copy.message, copy.column, copy.source, str(copy)) == ("boom", 3, "x + y", str(err))
+
+
+def test_torch_oracles_are_torch_own_functions():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    got = parse("scaled_dot_product_attention(q, k, v, is_causal=True)").evaluate({"q": q, "k": k, "v": v})
+    torch.testing.assert_close(got, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+    got = parse("torch_layer_norm(q, eps=0.5)").evaluate({"q": q})
+    torch.testing.assert_close(got, torch.nn.functional.layer_norm(q, (4,), eps=0.5))

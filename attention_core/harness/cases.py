@@ -51,8 +51,8 @@ class Input:
     """A named tensor the case makes before its checks run."""
 
     name: str
-    kind: str  # "literal", "printed", "draw" or "expr"
-    value: object  # a tensor (literal), a PrintedTensor, (draw kind, spec) or an Expr
+    kind: str  # "literal", "printed", "draw", "expr" or "token_ids"
+    value: object  # a tensor or number (literal), a PrintedTensor, (draw kind, spec), an Expr or a token spec
     line: int
     dtype: torch.dtype | None = None  # an explicit dtype for a literal or draw
 
@@ -63,8 +63,9 @@ class Expectation:
 
     target: str
     expr: expr.Expr
-    kind: str  # "printed", "values" or "shape"
+    kind: str  # "printed", "values", "shape" or "oracle"
     printed: object = None  # PrintedTensor
+    oracle: expr.Expr | None = None  # torch's own computation over the inputs, run in float64
     values: torch.Tensor | None = None
     shape: tuple | None = None
     rtol: float | None = None
@@ -297,9 +298,10 @@ def _input(path, name, value, line, known, seed):
         return Input(name, "literal", value, line)  # a plain number stays a Python number
     if not isinstance(value, _Map):
         raise CaseError(path, line, f"input {name!r}: expected a list, printed text or a mapping, got {value!r}")
-    kinds = [k for k in value if k in (*draws.KINDS, "expr", "tensor", "printed")]
+    forms = (*draws.KINDS, "expr", "tensor", "printed", "token_ids")
+    kinds = [k for k in value if k in forms]
     if len(kinds) != 1:
-        raise CaseError(path, line, f"input {name!r} needs exactly one of: {', '.join((*draws.KINDS, 'expr', 'tensor', 'printed'))}")
+        raise CaseError(path, line, f"input {name!r} needs exactly one of: {', '.join(forms)}")
     kind = kinds[0]
     _expect_keys(path, value, {kind}, {kind, "dtype"}, f"input {name!r}")
     dtype = _dtype(path, value, "dtype", None)
@@ -310,6 +312,8 @@ def _input(path, name, value, line, known, seed):
         return Input(name, "literal", _literal(path, value[kind], inner), line, dtype)
     if kind == "printed":
         return Input(name, "printed", _printed(path, value[kind], inner, partial=False, complete=True), line)
+    if kind == "token_ids":
+        return Input(name, "token_ids", _token_spec(path, value[kind], inner, name), line)
     if seed is None:
         raise CaseError(path, line, f"input {name!r} is a seeded draw ({kind}) but the case has no 'seed'")
     try:
@@ -317,6 +321,18 @@ def _input(path, name, value, line, known, seed):
     except ValueError as err:
         raise CaseError(path, inner, f"input {name!r}: {err}") from None
     return Input(name, "draw", (kind, spec), line, dtype)
+
+
+def _token_spec(path, spec, line, name):
+    """``{text: "...", lower: true, remove: ",;."}``: a sentence to number by its sorted vocabulary."""
+    if not isinstance(spec, _Map):
+        raise CaseError(path, line, f"input {name!r}: token_ids takes a mapping with text, lower and remove")
+    _expect_keys(path, spec, {"text"}, {"text", "lower", "remove"}, f"input {name!r} token_ids")
+    if not isinstance(spec["text"], str) or not isinstance(spec.get("remove", ""), str):
+        raise CaseError(path, line, f"input {name!r}: token_ids text and remove must be text")
+    if not isinstance(spec.get("lower", False), bool):
+        raise CaseError(path, spec.value_lines["lower"], f"input {name!r}: lower must be true or false")
+    return {"text": spec["text"], "lower": spec.get("lower", False), "remove": spec.get("remove", "")}
 
 
 def _check(path, raw, line, case_source, known):
@@ -342,7 +358,7 @@ def _check(path, raw, line, case_source, known):
     if "returns" in raw:
         returns = _returns(path, raw, known)
     erratum = _erratum(path, raw, known, kind) if "erratum" in raw else None
-    expectations = _expectations(path, raw, known | set(returns))
+    expectations = _expectations(path, raw, known | set(returns), known)
     return Check(check_id, kind, parsed, returns, expectations, erratum,
                  _source(path, raw, "source", case_source), raw.line)
 
@@ -372,7 +388,7 @@ def _erratum(path, raw, known, kind):
     return Erratum(str(value["note"]).strip(), differs, line)
 
 
-def _expectations(path, raw, scope):
+def _expectations(path, raw, scope, inputs):
     value = raw["expect"]
     if not isinstance(value, _Map) or not value:
         raise CaseError(path, raw.value_lines["expect"],
@@ -381,11 +397,11 @@ def _expectations(path, raw, scope):
     for target, spec in value.items():
         key_line, line = value.key_lines[target], value.value_lines[target]
         target_expr = _expr(path, str(target), key_line, scope, "expectation target")
-        result.append(_expectation(path, str(target), target_expr, spec, line))
+        result.append(_expectation(path, str(target), target_expr, spec, line, inputs))
     return tuple(result)
 
 
-def _expectation(path, target, target_expr, spec, line):
+def _expectation(path, target, target_expr, spec, line, inputs):
     if isinstance(spec, str):
         if looks_like_size(spec):
             return Expectation(target, target_expr, "shape", shape=_size(path, spec, line), line=line)
@@ -396,9 +412,9 @@ def _expectation(path, target, target_expr, spec, line):
         return Expectation(target, target_expr, "values", values=torch.tensor(spec), line=line)
     if not isinstance(spec, _Map):
         raise CaseError(path, line, f"expectation for {target!r}: expected printed text, values or a mapping")
-    forms = [k for k in ("printed", "values", "shape") if k in spec]
+    forms = [k for k in ("printed", "values", "shape", "oracle") if k in spec]
     if len(forms) != 1:
-        raise CaseError(path, line, f"expectation for {target!r} needs exactly one of printed, values, shape")
+        raise CaseError(path, line, f"expectation for {target!r} needs exactly one of printed, values, shape, oracle")
     form = forms[0]
     _expect_keys(path, spec, {form}, {form, "partial", "rtol", "atol", "note"}, f"expectation for {target!r}")
     if ("rtol" in spec) != ("atol" in spec):
@@ -414,6 +430,13 @@ def _expectation(path, target, target_expr, spec, line):
         if not isinstance(shape, list | tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
             raise CaseError(path, inner, "shape must be a list of whole numbers or torch.Size([...]) text")
         return Expectation(target, target_expr, "shape", shape=tuple(shape), line=line)
+    if form == "oracle":
+        oracle = _expr(path, spec[form], inner, inputs, "oracle")
+        own = sorted(oracle.calls - set(expr.BUILTINS))
+        if own:
+            raise CaseError(path, inner, f"an oracle is an independent route: it may use torch's functions, "
+                                         f"not the spec's {', '.join(own)}")
+        return Expectation(target, target_expr, "oracle", oracle=oracle, rtol=rtol, atol=atol, line=line)
     if form == "printed":
         partial = bool(spec.get("partial", False))
         printed = _printed(path, spec[form], inner, partial=partial)

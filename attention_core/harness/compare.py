@@ -67,7 +67,11 @@ def printed_allowance(printed, dtype, extra=None):
         extra: a float64 tensor of shape ``(N,)`` (or a number) added on top: the
             propagated rounding of printed inputs.
     """
-    allowed = printed.unit * 0.5 + noise_floor(dtype, printed.values)
+    unit = printed.unit
+    if printed.notation == "sci":
+        # torch prints a value as 0.0000e+00 only when it is 0: no half unit for it.
+        unit = torch.where(printed.values == 0, torch.zeros_like(unit), unit)
+    allowed = unit * 0.5 + noise_floor(dtype, printed.values)
     if printed.notation == "sci":
         allowed = allowed + _TINY
     if extra is not None:

@@ -300,6 +300,17 @@ def minimum(a, b):
     return torch.minimum(*_as_tensor_pair(a, b))
 
 
+def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """torch's own ``F.scaled_dot_product_attention``: an independent route for expected values."""
+    _check_matmul(q, k.transpose(-2, -1))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+
+
+def torch_layer_norm(x, eps=1e-5):
+    """torch's own ``F.layer_norm`` over the last dimension, without affine parameters."""
+    return F.layer_norm(x, (x.shape[-1],), eps=eps)
+
+
 BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
     {
         "tril": torch.tril,
@@ -318,6 +329,8 @@ BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
         "sqrt": sqrt,
         "abs": abs_,
         "softmax": softmax,
+        "scaled_dot_product_attention": scaled_dot_product_attention,
+        "torch_layer_norm": torch_layer_norm,
         "stack": torch.stack,
         "cat": torch.cat,
         "where": where,

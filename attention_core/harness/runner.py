@@ -93,9 +93,11 @@ def run(item, *, functions=None, device="cpu", dtype=None):
     except ExprError as err:
         return Result(False, f"{header}\nthe case could not be evaluated: {err}")
     spread = _rounding_spread(item) if _has_rounded_inputs(case) else {}
+    oracles = _oracles(item)
     failures = []
     for expectation in check.expectations:
-        mismatch = _compare(expectation, values[expectation.target], device, spread.get(expectation.target))
+        mismatch = _compare(expectation, values[expectation.target], device, spread.get(expectation.target),
+                            oracles.get(expectation.target))
         if mismatch is not None:
             failures.append(f"{expectation.target} (line {expectation.line}): {mismatch.message}")
     if check.erratum is not None and not failures:
@@ -131,6 +133,8 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
             value = draws.draw(kind, spec, generator, item.dtype or case.dtype)
         elif item.kind == "printed":
             value = _printed_input(item.value, perturb)
+        elif item.kind == "token_ids":
+            value = token_ids(**item.value)
         elif isinstance(item.value, torch.Tensor) and item.value.dtype != torch.bool:
             # Literal numbers are the case's dtype unless the input names one (ids: int64).
             value = item.value.to(item.dtype or dtype)
@@ -138,6 +142,19 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
             value = item.value
         scope[item.name] = _place(value, device, dtype, keep=item.dtype is not None)
     return scope
+
+
+def token_ids(text, lower=False, remove=""):
+    """Number the words of ``text`` by their place in its sorted word list.
+
+    As the documents do it: ``{s: i for i, s in enumerate(sorted(words))}``, so a repeated
+    word takes its last place.
+    """
+    if lower:
+        text = text.lower()
+    words = text.translate({ord(c): None for c in remove}).split()
+    vocab = {word: i for i, word in enumerate(sorted(words))}
+    return torch.tensor([vocab[word] for word in words], dtype=torch.int64)
 
 
 def _printed_input(printed, perturb):
@@ -192,9 +209,11 @@ def _targets(check, scope, outputs, device, dtype):
     return values
 
 
-def _compare(expectation, actual, device, spread):
+def _compare(expectation, actual, device, spread, oracle=None):
     if expectation.kind == "shape":
         return compare.check_shape(actual, expectation.shape)
+    if expectation.kind == "oracle":
+        return compare.compare_full(actual, oracle, rtol=expectation.rtol, atol=expectation.atol, device=device)
     if expectation.kind == "values":
         return compare.compare_full(actual, expectation.values, rtol=expectation.rtol, atol=expectation.atol,
                                     device=device)
@@ -206,6 +225,16 @@ def _compare(expectation, actual, device, spread):
         gathered = spread[tuple(printed.index.T)] if printed.ndim else spread.reshape(1)
         extra = gathered if extra is None else extra + gathered
     return compare.compare_printed(actual, printed, extra=extra, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def _oracles(item):
+    """Each oracle expectation's value: torch's own functions on the inputs, in float64 on the CPU."""
+    wanted = [e for e in item.check.expectations if e.kind == "oracle"]
+    if not wanted:
+        return {}
+    scope = materialise(item.case, device="cpu", dtype=torch.float64)
+    return {e.target: e.oracle.evaluate(scope, device="cpu", dtype=torch.float64) for e in wanted}
 
 
 def _has_rounded_inputs(case):
