@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from attention_core.harness import runner
+from attention_core.harness import inventory, runner
+from attention_core.harness.cases import load_folder
 
 
 def main(argv=None):
@@ -23,8 +24,36 @@ def main(argv=None):
         p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=None,
                        help="device to run on (repeatable; default: cpu, and cuda when available)")
         p.add_argument("-v", "--verbose", action="store_true", help="print every failure in full")
+    table = commands.add_parser("inventory", help="check the corpus inventory and print the README's corpus table")
+    table.add_argument("--cases", type=Path, default=None, help="folder of case files")
+    table.add_argument("--write-readme", type=Path, metavar="README", default=None,
+                       help="replace the table between the corpus markers of this README")
     args = parser.parse_args(argv)
-    return check_command(args.cases or runner.default_cases_folder(), args.device or ["cpu", "cuda"], args.verbose)
+    folder = args.cases or runner.default_cases_folder()
+    if args.command == "inventory":
+        return inventory_command(folder, args.write_readme)
+    return check_command(folder, args.device or ["cpu", "cuda"], args.verbose)
+
+
+README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"
+
+
+def inventory_command(folder, readme=None, out=sys.stdout):
+    """Print the inventory's disagreements with the case files, or its table; optionally write it."""
+    rows = inventory.load(folder)
+    case_files = load_folder(folder)
+    found = inventory.problems(rows, case_files)
+    for problem in found:
+        print(problem, file=out)
+    if found:
+        return 1
+    table = inventory.corpus_table(rows, case_files)
+    print(table, file=out)
+    if readme is not None:
+        text = readme.read_text(encoding="utf-8")
+        start, end = text.index(README_START) + len(README_START), text.index(README_END)
+        readme.write_text(text[:start] + "\n" + table + "\n" + text[end:], encoding="utf-8")
+    return 0
 
 
 def check_command(folder, devices, verbose=False, out=sys.stdout):
@@ -50,6 +79,8 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
         print("skipped: CUDA is not available here (torch.cuda.is_available() is False)", file=out)
     for report in failures:
         print("\nFAILED " + (report if verbose else report.split("\n", 1)[0]), file=out)
+    if failures and not verbose:
+        print("\n(-v prints each failure in full)", file=out)
     return 1 if failures else 0
 
 

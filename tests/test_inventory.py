@@ -1,0 +1,81 @@
+"""The corpus inventory agrees with the case files, and the README's table is made from it."""
+
+import io
+import shutil
+
+import pytest
+
+from attention_core import cli
+from attention_core.harness import inventory, runner
+from attention_core.harness.cases import load_folder
+
+CASES = runner.default_cases_folder()
+README = CASES.parent / "README.md"
+DOCUMENTS = ("000_attention_explained", "001_self_attention", "002_attention_mechanism",
+             "003_attention_math_trick", "004_self_attention_from_scratch")
+
+
+def test_every_document_has_an_inventory_and_it_agrees_with_the_case_files():
+    rows = inventory.load(CASES)
+    assert sorted(rows) == sorted(DOCUMENTS)
+    assert inventory.problems(rows, load_folder(CASES)) == []
+
+
+def test_every_row_is_encoded_or_says_why_not():
+    for document_rows in inventory.load(CASES).values():
+        for row in document_rows:
+            assert row.status in inventory.STATUSES
+            assert row.refs if row.status == "encoded" else row.reason, row
+
+
+def test_readme_corpus_table_is_made_from_the_inventory():
+    text = README.read_text(encoding="utf-8")
+    start = text.index(cli.README_START) + len(cli.README_START)
+    table = text[start:text.index(cli.README_END)].strip()
+    assert table == inventory.corpus_table(inventory.load(CASES), load_folder(CASES))
+
+
+@pytest.fixture
+def copy(tmp_path):
+    shutil.copytree(CASES, tmp_path / "cases")
+    return tmp_path / "cases"
+
+
+def _edit(path, old, new):
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def _problems(folder):
+    return inventory.problems(inventory.load(folder), load_folder(folder))
+
+
+def test_an_encoded_row_without_a_check_is_reported(copy):
+    _edit(copy / "inventory" / "001_self_attention.csv", "encoded,four_by_four/input:out,", "encoded,,")
+    assert _problems(copy) == [
+        "inventory/001_self_attention.csv:2: input: marked encoded but names no check",
+        "cases/001_self_attention.yaml: expectation four_by_four/input:out is in no inventory row",
+    ]
+
+
+def test_a_row_naming_a_missing_check_is_reported(copy):
+    _edit(copy / "inventory" / "001_self_attention.csv", "four_by_four/input:out", "four_by_four/inputs:out")
+    assert "inventory/001_self_attention.csv:2: input: four_by_four/inputs:out names no check expectation" \
+           " (case/check:target)" in _problems(copy)
+
+
+def test_a_check_in_no_row_is_reported(copy):
+    _edit(copy / "001_self_attention.yaml", "      - id: keys_at\n", "      - id: keys_at_renamed\n")
+    found = _problems(copy)
+    assert "cases/001_self_attention.yaml: expectation four_by_four/keys_at_renamed:out is in no inventory row" in found
+
+
+def test_the_inventory_command_prints_the_table_or_the_problems(copy):
+    out = io.StringIO()
+    assert cli.inventory_command(CASES, out=out) == 0
+    assert out.getvalue().startswith("| document | printed values | encoded | not encodable |")
+    _edit(copy / "inventory" / "001_self_attention.csv", "encoded,four_by_four/input:out,", "done,,")
+    out = io.StringIO()
+    assert cli.inventory_command(copy, out=out) == 1
+    assert "status 'done' must be one of encoded, not encodable" in out.getvalue()
