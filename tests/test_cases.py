@@ -1,11 +1,13 @@
-"""The spec checker: every check of every case file, on every device."""
+"""The spec checker: every check of every case file, on every device, then its snapshot."""
 
 import pytest
 
 from attention_core.harness import runner
+from attention_core.harness.snapshot import TensorSnapshotExtension, snapshot_data, snapshot_name
 
 
-def test_case(case_check, device):
+def test_case(case_check, device, snapshot):
     result = runner.run(case_check, device=device)
     if not result.passed:
         pytest.fail(result.report, pytrace=False)
+    assert snapshot.use_extension(TensorSnapshotExtension)(name=snapshot_name(case_check)) == snapshot_data(result)

@@ -397,6 +397,10 @@ def _expectations(path, raw, scope, inputs):
     for target, spec in value.items():
         key_line, line = value.key_lines[target], value.value_lines[target]
         target_expr = _expr(path, str(target), key_line, scope, "expectation target")
+        spec_only = sorted(target_expr.calls - set(expr.BUILTINS))
+        if spec_only:
+            raise CaseError(path, key_line, f"expectation target `{target}` calls the spec's {', '.join(spec_only)}: "
+                                            f"a target is harness-side; make the call the check's 'call'")
         result.append(_expectation(path, str(target), target_expr, spec, line, inputs))
     return tuple(result)
 

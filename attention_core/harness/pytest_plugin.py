@@ -27,6 +27,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "case: a check of a case file (cases/*.yaml) on one device")
+    # Snapshot names come from the case file, case and check, never from the test function
+    # (see harness/snapshot.py); syrupy warns on every write that it cannot relate them.
+    config.addinivalue_line("filterwarnings", r"ignore:\s*Can not relate snapshot name:UserWarning")
 
 
 def case_items(config):
@@ -39,7 +42,12 @@ def case_items(config):
     return items
 
 
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
 def pytest_generate_tests(metafunc):
+    if "graded_check" in metafunc.fixturenames:
+        _parametrize_low_precision(metafunc)
     if "case_check" not in metafunc.fixturenames:
         return
     devices = metafunc.config.getoption("--device") or DEVICES
@@ -55,3 +63,19 @@ def pytest_generate_tests(metafunc):
                 marks.append(pytest.mark.skip(reason=_NO_CUDA))
             params.append(pytest.param(item, device, id=f"{item.id}-{device}", marks=marks))
     metafunc.parametrize(("case_check", "device"), params)
+
+
+def _parametrize_low_precision(metafunc):
+    """Graded checks x (float16, bfloat16) x devices, for the low-precision comparison."""
+    devices = metafunc.config.getoption("--device") or DEVICES
+    cuda = torch.cuda.is_available()
+    params = []
+    for item in case_items(metafunc.config):
+        if item.error is not None or item.check.kind != "call":
+            continue
+        for dtype in LOW_PRECISION:
+            for device in devices:
+                marks = [pytest.mark.skip(reason=_NO_CUDA)] if device == "cuda" and not cuda else []
+                name = str(dtype).removeprefix("torch.")
+                params.append(pytest.param(item, dtype, device, id=f"{item.id}-{name}-{device}", marks=marks))
+    metafunc.parametrize(("graded_check", "low_dtype", "device"), params)

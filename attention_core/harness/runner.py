@@ -53,6 +53,7 @@ class Result:
     passed: bool
     report: str = ""  # why it failed, ready to show
     outputs: dict = field(default_factory=dict)  # each returned name and expectation target, as computed
+    intermediates: dict = field(default_factory=dict)  # the derived inputs the check reads
 
 
 def collect(folder):
@@ -106,7 +107,13 @@ def run(item, *, functions=None, device="cpu", dtype=None):
             failures.append(stale)
     if failures:
         return Result(False, header + "\n" + "\n\n".join(failures), values)
-    return Result(True, outputs=values)
+    return Result(True, outputs=values, intermediates=_intermediates(case, check, scope))
+
+
+def _intermediates(case, check, scope):
+    """The inputs a check reads that the case derived (expressions, draws): the steps between."""
+    read = set(check.expr.names).union(*(e.expr.names for e in check.expectations))
+    return {i.name: scope[i.name] for i in case.inputs if i.name in read and i.kind in ("expr", "draw", "token_ids")}
 
 
 def _dtype_name(dtype):

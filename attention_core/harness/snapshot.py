@@ -1,0 +1,236 @@
+"""A syrupy extension for tensors: readable, exact, compared with tolerance, shared across devices.
+
+Snapshots are regression guards, not golden values: they hold what the reference core
+computed, at full precision, so that a change in the 6th digit, or in a value no document
+printed, is caught. One file per check, ``tests/__snapshots__/test_cases/<file>.<case>.<check>.txt``,
+named from the case file, case and check (never from the test function or the device: one
+snapshot serves every device, and syrupy cannot mistake a skipped CUDA item for its owner).
+
+The file holds each named tensor with its dtype and shape and one element per line, written
+with the fewest digits that read back to the same value in that dtype. A tensor of more than
+``FULL_LIMIT`` elements is summarised instead (see :func:`summary_guarantee`).
+
+``matches`` parses both sides and compares numbers with the per-dtype tolerance, so a CUDA run
+matches the CPU-written file, and a difference within tolerance never rewrites it.
+"""
+
+import math
+import struct
+
+import torch
+from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+from attention_core.harness import compare
+
+FULL_LIMIT = 4096
+SAMPLE = 256
+_HEADER = "# attention-core snapshot (a regression guard of the reference core, not a golden value)"
+
+
+def snapshot_name(item):
+    """``<file>.<case>.<check>``: the same for every device."""
+    return f"{item.file.name}.{item.case.id}.{item.check.id}"
+
+
+def snapshot_data(result):
+    """What a passing check's snapshot holds: its outputs and the derived inputs it read."""
+    data = dict(result.outputs)
+    data.update({f"{name} (input)": value for name, value in result.intermediates.items()})
+    return data
+
+
+class TensorSnapshotExtension(SingleFileSnapshotExtension):
+    """Use as ``snapshot.use_extension(TensorSnapshotExtension)(name=snapshot_name(item))``."""
+
+    file_extension = "txt"
+    _write_mode = WriteMode.TEXT
+
+    @classmethod
+    def get_snapshot_name(cls, *, test_location, index=0):
+        if isinstance(index, str):
+            return cls._sanitize_filename(index)
+        return super().get_snapshot_name(test_location=test_location, index=index)
+
+    @classmethod
+    def matches_test_location(cls, *, test_location, snapshot_location):
+        # Every file in this extension's folder belongs to the parametrised case test.
+        return str(snapshot_location).startswith(cls.dirname(test_location=test_location))
+
+    def serialize(self, data, **_):
+        """``data``: a mapping of name to tensor (or number), written in sorted order."""
+        lines = [_HEADER]
+        for name in sorted(data):
+            lines += [f"== {name}", *_serialize_value(data[name])]
+        return "\n".join(lines) + "\n"
+
+    def matches(self, *, serialized_data, snapshot_data):
+        return not _mismatches(parse(serialized_data), parse(snapshot_data))
+
+    def diff_lines(self, serialized_data, snapshot_data):
+        try:
+            found = _mismatches(parse(serialized_data), parse(snapshot_data))
+        except ValueError as err:
+            found = [f"the snapshot file could not be read: {err}"]
+        for problem in found:
+            yield from problem.splitlines()
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _serialize_value(value):
+    if not isinstance(value, torch.Tensor):
+        return [f"value: {value!r}"]
+    value = value.detach().cpu()
+    head = [f"dtype: {str(value.dtype).removeprefix('torch.')}", f"shape: {list(value.shape)}"]
+    if value.numel() <= FULL_LIMIT:
+        flat = value.reshape(-1)
+        return head + [f"{_index(i, value.shape)} {_number(x, value.dtype)}" for i, x in enumerate(flat.tolist())]
+    return head + _summary_lines(value)
+
+
+def _summary_lines(value):
+    slices, per = _slices(value)
+    wide = slices.to(torch.float64)
+    finite = torch.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)
+    lines = [f"summary: {slices.shape[0]} slices over the last {min(2, value.ndim)} dims, {per} elements each; "
+             f"float64 sum, sum of |x|, max |x|; then {SAMPLE} sampled elements"]
+    for i in range(slices.shape[0]):
+        lead = list(torch.unravel_index(torch.tensor(i), value.shape[:-2])) if value.ndim > 2 else []
+        lines.append(f"slice {[int(j) for j in lead]} {float(finite[i].sum())!r} {float(finite[i].abs().sum())!r} "
+                     f"{float(wide[i].abs().max())!r}")
+    for flat_index in _sample_indices(value.numel()):
+        lines.append(f"{_index(flat_index, value.shape)} {_number(value.reshape(-1)[flat_index].item(), value.dtype)}")
+    return lines
+
+
+def _slices(value):
+    if value.ndim <= 2:
+        return value.reshape(1, -1), value.numel()
+    per = value.shape[-1] * value.shape[-2]
+    return value.reshape(-1, per), per
+
+
+def _sample_indices(n):
+    generator = torch.Generator().manual_seed(0)
+    return sorted(torch.randperm(n, generator=generator)[:SAMPLE].tolist())
+
+
+def _index(flat, shape):
+    if not shape:
+        return "[]"
+    return "[" + ", ".join(str(int(i)) for i in torch.unravel_index(torch.tensor(flat), shape)) + "]"
+
+
+def _number(x, dtype):
+    """The fewest significant digits that read back to ``x`` in ``dtype``."""
+    if isinstance(x, bool) or not dtype.is_floating_point:
+        return str(x)
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    if dtype == torch.float64:
+        return repr(x)
+    for digits in range(1, 18):
+        text = f"{x:.{digits}g}"
+        if _round_trip(float(text), dtype) == x:
+            return text
+    return repr(x)
+
+
+def _round_trip(x, dtype):
+    """``x`` rounded to ``dtype`` and back to a Python float."""
+    if dtype == torch.float32:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    if dtype == torch.float16:
+        return struct.unpack("e", struct.pack("e", x))[0]
+    return torch.tensor(x, dtype=torch.float64).to(dtype).item()
+
+
+# ---------------------------------------------------------------- reading and comparing
+
+
+def parse(text):
+    """``{name: entry}``: entry is ``{"value": ...}`` or ``{"dtype", "shape", "elements", "slices"}``."""
+    entries, current = {}, None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("== "):
+            current = entries.setdefault(line[3:], {"elements": {}, "slices": {}})
+        elif current is None:
+            raise ValueError(f"line {number}: expected '== name' before {line!r}")
+        elif line.startswith(("dtype: ", "shape: ", "value: ", "summary: ")):
+            key, _, rest = line.partition(": ")
+            current[key] = rest
+        elif line.startswith("slice "):
+            index, _, numbers = line[6:].partition("] ")
+            current["slices"][index + "]"] = tuple(float(n) for n in numbers.split())
+        else:
+            index, _, number = line.partition("] ")
+            current["elements"][index + "]"] = number
+    return entries
+
+
+def _mismatches(actual, expected):
+    found = [f"{name}: not in the snapshot (new output)" for name in sorted(set(actual) - set(expected))]
+    found += [f"{name}: in the snapshot but no longer computed" for name in sorted(set(expected) - set(actual))]
+    for name in sorted(set(actual) & set(expected)):
+        problem = _entry_mismatch(actual[name], expected[name])
+        if problem:
+            found.append(f"{name}: {problem}")
+    return found
+
+
+def _entry_mismatch(actual, expected):
+    if "value" in actual or "value" in expected:
+        same = actual.get("value") == expected.get("value")
+        return None if same else f"value does not match: {actual.get('value')} != {expected.get('value')}"
+    if actual["shape"] != expected["shape"]:
+        return f"shape does not match: {actual['shape']} != {expected['shape']} (actual != snapshot)"
+    if actual["dtype"] != expected["dtype"]:
+        return f"dtype does not match: {actual['dtype']} != {expected['dtype']} (actual != snapshot)"
+    if set(actual["elements"]) != set(expected["elements"]) or set(actual["slices"]) != set(expected["slices"]):
+        return "the stored elements differ in layout: regenerate with --snapshot-update and review the diff"
+    rtol, atol = compare.default_tolerance(getattr(torch, expected["dtype"]))
+    problem = _slice_mismatch(actual, expected, rtol, atol)
+    if problem:
+        return problem
+    keys = list(expected["elements"])
+    if not keys:
+        return None
+    got = torch.tensor([_float(actual["elements"][k]) for k in keys], dtype=torch.float64)
+    want = torch.tensor([_float(expected["elements"][k]) for k in keys], dtype=torch.float64)
+    index = torch.tensor([[int(i) for i in k.strip("[]").split(",") if i.strip()] for k in keys], dtype=torch.int64)
+    index = index.reshape(len(keys), -1)
+    mismatch = compare._compare_values(got, want, atol + rtol * want.abs(), index)
+    return mismatch.message if mismatch else None
+
+
+def _float(text):
+    return {"True": 1.0, "False": 0.0}.get(text) if text in ("True", "False") else float(text)
+
+
+def _slice_mismatch(actual, expected, rtol, atol):
+    per = int(expected["summary"].split(", ")[1].split()[0]) if "summary" in expected else 0
+    for index, (s_want, a_want, m_want) in expected["slices"].items():
+        s_got, a_got, m_got = actual["slices"][index]
+        sum_tol = per * atol + rtol * a_want
+        if abs(s_got - s_want) > sum_tol or abs(a_got - a_want) > sum_tol:
+            return (f"slice {index}: sum {s_got!r} != {s_want!r} or sum|x| {a_got!r} != {a_want!r} "
+                    f"(up to {sum_tol:.4g} allowed)")
+        if abs(m_got - m_want) > atol + rtol * m_want:
+            return f"slice {index}: max|x| {m_got!r} != {m_want!r} (up to {atol + rtol * m_want:.4g} allowed)"
+    return None
+
+
+def summary_guarantee(value):
+    """The smallest change of one element that a summarised snapshot of ``value`` always detects.
+
+    A change of one element by ``d`` changes its slice's float64 sum by ``d``; the sums are
+    compared with ``n * atol + rtol * sum|x|`` (each element may move by its own tolerance), so
+    any ``d`` above that bound fails, whichever element it hits. Sampled elements are also
+    checked at element tolerance.
+    """
+    rtol, atol = compare.default_tolerance(value.dtype)
+    slices, per = _slices(value.detach().cpu())
+    return max(per * atol + rtol * float(s.to(torch.float64).abs().sum()) for s in slices)

@@ -1,0 +1,60 @@
+"""Graded checks in float16 and bfloat16, against a float64 golden from torch's own functions.
+
+The allowed error is set the way FlashAttention's tests set it: K times the error of plain
+torch in the same dtype against the same golden, plus an absolute floor of one unit in the
+last place at the golden's largest magnitude (their issue #1231: where plain torch happens to
+be exact, a bound of K * 0 would fail a correct result one rounding away).
+"""
+
+import pytest
+import torch
+
+from attention_core.harness import runner, torch_route
+
+K = 2
+
+
+def _call(item, scope, functions, device, dtype):
+    outputs = runner._call(item.check, item.check.expr, scope, functions, device, dtype)
+    return {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
+
+
+def _max_error(value, golden):
+    diff = (value.detach().to("cpu", torch.float64) - golden).abs()
+    both_inf = torch.isinf(golden) & (value.detach().cpu().to(torch.float64) == golden)
+    return float(torch.where(both_inf | (golden.isnan() & diff.isnan()), torch.zeros_like(diff), diff).max())
+
+
+def test_low_precision_matches_float64_golden(graded_check, low_dtype, device):
+    scope = runner.materialise(graded_check.case, device=device, dtype=low_dtype)
+    wide = {k: v.to("cpu", torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point()
+            else v.cpu() if isinstance(v, torch.Tensor) else v for k, v in scope.items()}
+    golden = _call(graded_check, wide, torch_route.FUNCTIONS, "cpu", torch.float64)
+    plain = _call(graded_check, scope, torch_route.FUNCTIONS, device, low_dtype)
+    ours = _call(graded_check, scope, runner.REFERENCE, device, low_dtype)
+    assert ours.keys() == golden.keys()
+    if not any(v.dtype == low_dtype for v in ours.values()):
+        pytest.skip(f"the call casts its inputs itself (`{graded_check.check.expr.source}`)")
+    for name, expected in golden.items():
+        if not expected.is_floating_point():
+            assert torch.equal(ours[name].cpu(), expected), name
+            continue
+        assert ours[name].dtype == low_dtype, f"{name}: computed in {ours[name].dtype}"
+        finite = expected[torch.isfinite(expected)]
+        floor = torch.finfo(low_dtype).eps * (float(finite.abs().max()) if finite.numel() else 0.0)
+        allowed = K * _max_error(plain[name], expected) + floor
+        error = _max_error(ours[name], expected)
+        assert error <= allowed, (f"{graded_check.id} {name} in {low_dtype}: error {error:.3g} against the float64 "
+                                  f"golden exceeds {K} x plain torch's {allowed - floor:.3g} / {K} + floor {floor:.3g}")
+
+
+def test_the_bound_catches_a_real_mistake_in_low_precision():
+    item = next(i for i in runner.collect(runner.default_cases_folder())
+                if i.id == "001_self_attention/four_by_four/softmax")
+    scope = runner.materialise(item.case, dtype=torch.bfloat16)
+    golden = _call(item, {k: v.double() for k, v in scope.items()}, torch_route.FUNCTIONS, "cpu", torch.float64)["out"]
+    plain = _call(item, scope, torch_route.FUNCTIONS, "cpu", torch.bfloat16)["out"]
+    wrong = _call(item, scope, {**runner.REFERENCE, "softmax": lambda x, dim=-1: torch.softmax(x, dim=0)}, "cpu",
+                  torch.bfloat16)["out"]
+    floor = torch.finfo(torch.bfloat16).eps * float(golden.abs().max())
+    assert _max_error(wrong, golden) > K * _max_error(plain, golden) + floor

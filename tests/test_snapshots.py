@@ -1,0 +1,167 @@
+"""The tensor snapshot extension: exact files, tolerant comparison, names shared across devices."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_core.harness import compare
+from attention_core.harness.snapshot import FULL_LIMIT, TensorSnapshotExtension, parse, summary_guarantee
+
+ROOT = Path(__file__).resolve().parent.parent
+EXT = TensorSnapshotExtension()
+
+
+def _text(**tensors):
+    return EXT.serialize(tensors)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_files_round_trip_exactly_in_every_float_dtype(dtype):
+    g = torch.Generator().manual_seed(0)
+    value = (torch.randn(7, 5, generator=g, dtype=torch.float64) * 10 ** torch.randint(-6, 6, (7, 5), generator=g))
+    value = torch.cat([value.reshape(-1), torch.tensor([0.0, -0.0, float("inf"), float("nan")])]).to(dtype)
+    entry = parse(_text(x=value))["x"]
+    assert entry["dtype"] == str(dtype).removeprefix("torch.") and entry["shape"] == f"[{value.numel()}]"
+    back = torch.tensor([float(v) for v in entry["elements"].values()], dtype=torch.float64).to(dtype)
+    assert torch.equal(back.isnan(), value.isnan())
+    finite = ~value.isnan()
+    assert torch.equal(back[finite], value[finite])
+    assert torch.equal(back[finite].signbit(), value[finite].signbit())
+
+
+def test_layout_is_one_value_per_line_with_its_index_in_row_major_order():
+    lines = _text(w=torch.tensor([[0.1, 2.0], [3.0, -4.5]])).splitlines()
+    assert lines[1:] == ["== w", "dtype: float32", "shape: [2, 2]", "[0, 0] 0.1", "[0, 1] 2", "[1, 0] 3", "[1, 1] -4.5"]
+
+
+def test_one_element_beyond_tolerance_fails_naming_that_element():
+    value = torch.rand(4, 6, generator=torch.Generator().manual_seed(1))
+    moved = value.clone()
+    moved[2, 3] += 1e-3
+    assert not EXT.matches(serialized_data=_text(out=moved), snapshot_data=_text(out=value))
+    report = "\n".join(EXT.diff_lines(_text(out=moved), _text(out=value)))
+    assert "Mismatched elements: 1 / 24" in report and "at index (2, 3)" in report
+
+
+def test_a_difference_within_tolerance_matches():
+    value = torch.rand(4, 6, generator=torch.Generator().manual_seed(1))
+    rtol, atol = compare.default_tolerance(torch.float32)
+    assert EXT.matches(serialized_data=_text(out=value + atol / 2), snapshot_data=_text(out=value))
+
+
+def test_shape_then_dtype_are_compared_before_values():
+    base = _text(out=torch.zeros(2, 3))
+    assert "shape does not match: [3, 2] != [2, 3]" in "\n".join(EXT.diff_lines(_text(out=torch.zeros(3, 2)), base))
+    assert "dtype does not match: float64 != float32" in "\n".join(
+        EXT.diff_lines(_text(out=torch.zeros(2, 3, dtype=torch.float64)), base))
+    assert "weights: not in the snapshot" in "\n".join(
+        EXT.diff_lines(_text(out=torch.zeros(2, 3), weights=torch.zeros(1)), base))
+
+
+def test_large_tensors_are_summarised_and_a_change_above_the_stated_bound_is_detected():
+    value = torch.rand(32, 8, 128, 64, generator=torch.Generator().manual_seed(2))
+    text = _text(out=value)
+    assert len(text.splitlines()) < 600 and value.numel() > FULL_LIMIT
+    bound = summary_guarantee(value)
+    assert 0.05 < bound < 0.2  # 8192 * 1e-5 + 1.3e-6 * sum|x| for a slice of uniform(0, 1) values
+    unsampled = (17, 3, 100, 5)
+    assert f"[{', '.join(map(str, unsampled))}]" not in text
+    moved = value.clone()
+    moved[unsampled] += bound * 1.01
+    report = "\n".join(EXT.diff_lines(_text(out=moved), text))
+    assert "slice [17, 3]" in report
+    within = value.clone()
+    within[unsampled] += 1e-6
+    assert EXT.matches(serialized_data=_text(out=within), snapshot_data=text)
+
+
+# ---------------------------------------------------------------- the lifecycle, end to end
+
+CASE = """\
+document: {title: Snapshot lifecycle}
+cases:
+  - id: demo
+    inputs:
+      x: [[1.0, 2.0], [3.0, 4.5]]
+    checks:
+      - id: softmax
+        call: softmax(x, dim=-1)
+        expect: {out: "torch.Size([2, 2])"}
+      - id: double
+        expr: x * 2
+        expect: {out: "torch.Size([2, 2])"}
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "test_cases.py", tmp_path / "tests" / "test_cases.py")
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "demo.yaml").write_text(CASE, encoding="utf-8")
+    _pytest(tmp_path, "--snapshot-update")
+    return tmp_path
+
+
+def _pytest(root, *args):
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--cases", "cases",
+                          *args], cwd=root, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return run.returncode, run.stdout + run.stderr
+
+
+def _snapshots(root):
+    folder = root / "tests" / "__snapshots__" / "test_cases"
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(folder.iterdir())}
+
+
+def test_update_on_a_clean_tree_changes_nothing_and_names_ignore_the_device(project):
+    before = _snapshots(project)
+    assert sorted(before) == ["demo.demo.double.txt", "demo.demo.softmax.txt"]
+    code, out = _pytest(project, "--snapshot-update")
+    assert code == 0 and "2 snapshots passed" in out and "2 skipped" in out, out
+    assert _snapshots(project) == before
+
+
+def test_a_change_within_tolerance_passes_and_is_not_rewritten(project):
+    path = project / "tests" / "__snapshots__" / "test_cases" / "demo.demo.double.txt"
+    edited = path.read_text(encoding="utf-8").replace("[1, 1] 9", "[1, 1] 9.000001")
+    path.write_text(edited, encoding="utf-8")
+    code, out = _pytest(project, "--snapshot-update")
+    assert code == 0 and "2 snapshots passed" in out, out
+    assert path.read_text(encoding="utf-8") == edited
+
+
+def test_a_change_beyond_tolerance_fails_with_the_element(project):
+    path = project / "tests" / "__snapshots__" / "test_cases" / "demo.demo.double.txt"
+    path.write_text(path.read_text(encoding="utf-8").replace("[1, 1] 9", "[1, 1] 9.01"), encoding="utf-8")
+    code, out = _pytest(project)
+    assert code == 1 and "at index (1, 1)" in out and "1 snapshot failed" in out, out
+
+
+def test_a_deleted_snapshot_is_reported_missing(project):
+    (project / "tests" / "__snapshots__" / "test_cases" / "demo.demo.softmax.txt").unlink()
+    code, out = _pytest(project)
+    assert code == 1 and "Snapshot 'demo.demo.softmax' does not exist!" in out, out
+
+
+def test_a_renamed_case_leaves_an_orphan_that_pytest_reports_and_update_removes(project):
+    case = project / "cases" / "demo.yaml"
+    case.write_text(CASE.replace("id: demo", "id: renamed"), encoding="utf-8")
+    code, out = _pytest(project)
+    assert code == 1 and "2 snapshots unused" in out and "2 skipped" in out, out
+    code, out = _pytest(project, "--snapshot-update")
+    assert code == 0 and "2 unused snapshots deleted" in out, out
+    assert sorted(_snapshots(project)) == ["demo.renamed.double.txt", "demo.renamed.softmax.txt"]
+
+
+def test_bool_and_int_tensors_compare_exactly():
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    assert EXT.matches(serialized_data=_text(m=mask, i=torch.arange(4)), snapshot_data=_text(m=mask, i=torch.arange(4)))
+    report = "\n".join(EXT.diff_lines(_text(m=~mask), _text(m=mask)))
+    assert "Mismatched elements: 9 / 9" in report
