@@ -1,5 +1,6 @@
 """Case files: the format's forms load, and every malformed file or case fails alone, naming its line."""
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -146,6 +147,14 @@ def _case(body):
          t: {expr: tril(ones(8, 8))}
        checks: [{id: c, expr: t, expect: {out: [1.0]}}]
      """, 5, "must be quoted"),
+    ("""\
+     - id: spec_call_in_target
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: a
+           expect: {"attention(a, a, a)": [1.0]}
+     """, 8, "a target is harness-side"),
 ])
 def test_case_level_problems_name_the_line_and_the_problem(tmp_path, body, line, words):
     err = _error(tmp_path, _case(body))
@@ -164,12 +173,51 @@ def test_a_malformed_case_fails_alone_and_its_neighbours_still_run(tmp_path):
 
 
 def test_pytest_reports_a_malformed_file_as_one_failing_item_with_file_and_line(tmp_path):
-    _write(tmp_path, GOOD, "a_good.yaml")
-    _write(tmp_path, GOOD.replace("[6., 8.]", "[6.]"), "b_ragged.yaml")
     root = Path(__file__).resolve().parent.parent
-    run = subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "test_cases.py"), "-p", "no:cacheprovider",
-                          "-q", "--cases", str(tmp_path), "--device", "cpu", "-p", "no:randomly"],
-                         capture_output=True, text=True, cwd=root, timeout=120)
+    (tmp_path / "tests").mkdir()
+    shutil.copy(root / "tests" / "test_cases.py", tmp_path / "tests" / "test_cases.py")
+    shutil.copy(root / "conftest.py", tmp_path / "conftest.py")
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    _write(folder, GOOD, "a_good.yaml")
+    _write(folder, GOOD.replace("[6., 8.]", "[6.]"), "b_ragged.yaml")
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-q", "--cases", "cases",
+                          "--device", "cpu", "--snapshot-update"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
     assert "1 failed, 1 passed" in run.stdout, run.stdout
     assert "b_ragged/good/invalid" in run.stdout
     assert "b_ragged.yaml:12: " in run.stdout and "ragged" in run.stdout
+
+
+NUMBERS = """\
+document: {title: Numbers}
+cases:
+  - id: numbers
+    dtype: float64
+    inputs:
+      x: [[1.0, 2.0, 3.0]]
+    checks:
+      - id: size
+        expr: x.size(-1)
+        expect: {out: 3}
+      - id: softmax
+        call: softmax(x, dim=-1)
+        expect: {"out.sum()": {values: 1.0, rtol: 0, atol: 1e-12}}
+"""
+
+
+def test_plain_numbers_are_numbers_and_1e_7_reads_as_a_float(tmp_path):
+    loaded = load_file(_write(tmp_path, NUMBERS))
+    assert loaded.errors == ()
+    assert loaded.cases[0].checks[1].expectations[0].atol == 1e-12
+    assert all(runner.run(item).passed for item in runner.collect(tmp_path))
+
+
+def test_a_graded_call_must_return_the_dtype_it_was_given(tmp_path):
+    _write(tmp_path, NUMBERS)
+    item = runner.collect(tmp_path)[1]
+    in_float32 = {**runner.REFERENCE, "softmax": lambda x, dim=-1: torch.softmax(x.float(), dim=dim)}
+    result = runner.run(item, functions=in_float32)
+    assert not result.passed
+    assert "out: dtype does not match: torch.float32 != torch.float64" in result.report

@@ -10,4 +10,4 @@ def test_case(case_check, device, snapshot):
     result = runner.run(case_check, device=device)
     if not result.passed:
         pytest.fail(result.report, pytrace=False)
-    assert snapshot.use_extension(TensorSnapshotExtension)(name=snapshot_name(case_check)) == snapshot_data(result)
+    assert snapshot.use_extension(TensorSnapshotExtension)(name=snapshot_name(case_check)) == snapshot_data(case_check, result)

@@ -93,7 +93,7 @@ cases:
         expect: {out: "torch.Size([2, 2])"}
       - id: double
         expr: x * 2
-        expect: {out: "torch.Size([2, 2])"}
+        expect: {out: "tensor([[2., 4.], [6., 9.]])"}
 """
 
 

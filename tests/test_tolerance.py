@@ -154,3 +154,11 @@ def test_tolerance_never_swallows_a_real_mistake(mistake, functions, caught_by):
     result = runner.run(item, functions={**runner.REFERENCE, **functions})
     assert not result.passed, f"{mistake} passed {caught_by}"
     assert "Values are not close!" in result.report
+
+
+def test_a_shape_expectation_accepts_a_tensor_or_its_size():
+    assert compare.check_shape(torch.zeros(4, 8, 3), (4, 8, 3)) is None
+    assert compare.check_shape(torch.zeros(4, 8, 3).shape, (4, 8, 3)) is None
+    assert compare.check_shape(torch.zeros(4, 8).shape, (4, 8, 3)).message == \
+        "shape does not match: (4, 8) != (4, 8, 3) (actual != expected)"
+    assert compare.check_shape([4, 8, 3], (4, 8, 3)).stage == "type"

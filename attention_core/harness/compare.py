@@ -80,9 +80,14 @@ def printed_allowance(printed, dtype, extra=None):
 
 
 def check_shape(actual, shape):
-    """Stage "type" and "shape" only: for expectations that give nothing but a shape."""
+    """Stage "type" and "shape" only: for expectations that give nothing but a shape.
+
+    ``actual`` is a tensor, or a ``torch.Size`` (a target such as ``out.shape``).
+    """
+    if isinstance(actual, torch.Size):
+        actual = torch.empty(actual, device="meta")
     if not isinstance(actual, torch.Tensor):
-        return Mismatch("type", f"expected a tensor, got {type(actual).__name__}")
+        return Mismatch("type", f"expected a tensor or a torch.Size, got {type(actual).__name__}")
     if tuple(actual.shape) != tuple(shape):
         return Mismatch("shape", f"shape does not match: {tuple(actual.shape)} != {tuple(shape)} (actual != expected)")
     return None
@@ -107,21 +112,30 @@ def compare_printed(actual, printed, *, extra=None, device=None):
 
 
 def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
-    """Compare with full-precision expected values; a 0-d expectation applies to every element."""
+    """Compare with full-precision expected values; a 0-d expectation applies to every element.
+
+    Numbers are numbers: an int result may meet float values and the reverse (a case file's
+    ``10`` and ``10.0`` say the same); only bool against numbers is a dtype mismatch. A plain
+    Python number or bool result is compared as a 0-d tensor.
+    """
+    if isinstance(actual, (bool, int, float)):
+        actual = torch.tensor(actual)
+        device = None
     if expected.ndim == 0 and isinstance(actual, torch.Tensor):
         expected = expected.expand(actual.shape)
     problem = _check_structure(actual, expected.ndim, tuple(expected.shape), device)
-    if problem is None:
-        kind = "bool" if expected.dtype == torch.bool else "float" if expected.is_floating_point() else "int"
-        problem = _check_kind(actual, kind, None)
+    if problem is None and (expected.dtype == torch.bool) != (actual.dtype == torch.bool):
+        problem = Mismatch("dtype", f"dtype does not match: {actual.dtype} against "
+                                    f"{'bool' if expected.dtype == torch.bool else 'numeric'} expected values")
     if problem is not None:
         return problem
     if rtol is None:
         rtol, atol = default_tolerance(actual.dtype)
     expected = expected.to(torch.float64).reshape(-1)
     allowed = atol + rtol * expected.abs()
-    index = _all_positions(tuple(actual.shape))
-    return _compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed, index)
+    shape = tuple(actual.shape)
+    return _compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed,
+                           lambda: _all_positions(shape))
 
 
 def _check_structure(actual, ndim, shape, device):
@@ -174,6 +188,8 @@ def _compare_values(actual, expected, allowed, index):
     bad = diff > allowed
     if not bad.any():
         return None
+    if callable(index):  # positions are only worth making for a report
+        index = index()
     ratio = torch.where(bad, diff / allowed.clamp(min=1e-300), torch.zeros_like(diff))
     worst = int(ratio.argmax())
     worst_index = tuple(int(i) for i in index[worst])

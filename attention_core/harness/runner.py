@@ -53,7 +53,6 @@ class Result:
     passed: bool
     report: str = ""  # why it failed, ready to show
     outputs: dict = field(default_factory=dict)  # each returned name and expectation target, as computed
-    intermediates: dict = field(default_factory=dict)  # the derived inputs the check reads
 
 
 def collect(folder):
@@ -87,7 +86,11 @@ def run(item, *, functions=None, device="cpu", dtype=None):
     header = f"{item.location}: {item.id} — {check.kind} `{check.expr.source}` on {device}, {_dtype_name(dtype)}"
     try:
         scope = materialise(case, device=device, dtype=dtype)
+        given = set()
+        if check.kind == "call":
+            functions = {**functions, check.function: _recording(functions[check.function], given)}
         outputs = _call(check, check.expr, scope, functions, device, dtype)
+        _check_output_dtypes(outputs, given)
         values = _targets(check, scope, outputs, device, dtype)
     except _CallFailed as err:
         return Result(False, f"{header}\n{err}")
@@ -107,13 +110,7 @@ def run(item, *, functions=None, device="cpu", dtype=None):
             failures.append(stale)
     if failures:
         return Result(False, header + "\n" + "\n\n".join(failures), values)
-    return Result(True, outputs=values, intermediates=_intermediates(case, check, scope))
-
-
-def _intermediates(case, check, scope):
-    """The inputs a check reads that the case derived (expressions, draws): the steps between."""
-    read = set(check.expr.names).union(*(e.expr.names for e in check.expectations))
-    return {i.name: scope[i.name] for i in case.inputs if i.name in read and i.kind in ("expr", "draw", "token_ids")}
+    return Result(True, outputs=values)
 
 
 def _dtype_name(dtype):
@@ -122,6 +119,22 @@ def _dtype_name(dtype):
 
 class _CallFailed(Exception):
     """The implementation under test raised, or returned the wrong structure."""
+
+
+def _check_output_dtypes(outputs, given):
+    """A spec function keeps the dtype it is given: floating results come back in that dtype."""
+    for name, value in outputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and given and value.dtype not in given:
+            raise _CallFailed(f"{name}: dtype does not match: {value.dtype} != {' or '.join(map(str, given))} "
+                              f"(a spec function returns the dtype of its floating inputs)")
+
+
+def _recording(function, seen):
+    """``function``, noting the dtypes of the floating tensors it is given."""
+    def call(*args, **kwargs):
+        seen.update(a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point())
+        return function(*args, **kwargs)
+    return call
 
 
 def materialise(case, *, device="cpu", dtype=None, perturb=None):

@@ -14,7 +14,9 @@ with the fewest digits that read back to the same value in that dtype. A tensor 
 matches the CPU-written file, and a difference within tolerance never rewrites it.
 """
 
+import itertools
 import math
+import random
 import struct
 
 import torch
@@ -32,11 +34,18 @@ def snapshot_name(item):
     return f"{item.file.name}.{item.case.id}.{item.check.id}"
 
 
-def snapshot_data(result):
-    """What a passing check's snapshot holds: its outputs and the derived inputs it read."""
-    data = dict(result.outputs)
-    data.update({f"{name} (input)": value for name, value in result.intermediates.items()})
-    return data
+def snapshot_data(item, result):
+    """What a passing check's snapshot holds: its returned values and expectation targets.
+
+    The steps a document walks through (scores, weights, weighted values) are each a check of
+    their own, so every step is guarded once, in the check that computes it. A target that the
+    check expects nothing of but a shape is stored as its shape.
+    """
+    kinds = {}
+    for expectation in item.check.expectations:
+        kinds.setdefault(expectation.target, set()).add(expectation.kind)
+    return {name: value.shape if kinds.get(name) == {"shape"} and isinstance(value, torch.Tensor) else value
+            for name, value in result.outputs.items()}
 
 
 class TensorSnapshotExtension(SingleFileSnapshotExtension):
@@ -84,8 +93,8 @@ def _serialize_value(value):
     value = value.detach().cpu()
     head = [f"dtype: {str(value.dtype).removeprefix('torch.')}", f"shape: {list(value.shape)}"]
     if value.numel() <= FULL_LIMIT:
-        flat = value.reshape(-1)
-        return head + [f"{_index(i, value.shape)} {_number(x, value.dtype)}" for i, x in enumerate(flat.tolist())]
+        positions = itertools.product(*map(range, value.shape))  # row-major, as reshape(-1)
+        return head + [f"{list(p)} {_number(x, value.dtype)}" for p, x in zip(positions, value.reshape(-1).tolist())]
     return head + _summary_lines(value)
 
 
@@ -96,8 +105,8 @@ def _summary_lines(value):
     lines = [f"summary: {slices.shape[0]} slices over the last {min(2, value.ndim)} dims, {per} elements each; "
              f"float64 sum, sum of |x|, max |x|; then {SAMPLE} sampled elements"]
     for i in range(slices.shape[0]):
-        lead = list(torch.unravel_index(torch.tensor(i), value.shape[:-2])) if value.ndim > 2 else []
-        lines.append(f"slice {[int(j) for j in lead]} {float(finite[i].sum())!r} {float(finite[i].abs().sum())!r} "
+        lead = _index(i, value.shape[:-2]) if value.ndim > 2 else "[]"
+        lines.append(f"slice {lead} {float(finite[i].sum())!r} {float(finite[i].abs().sum())!r} "
                      f"{float(wide[i].abs().max())!r}")
     for flat_index in _sample_indices(value.numel()):
         lines.append(f"{_index(flat_index, value.shape)} {_number(value.reshape(-1)[flat_index].item(), value.dtype)}")
@@ -112,14 +121,15 @@ def _slices(value):
 
 
 def _sample_indices(n):
-    generator = torch.Generator().manual_seed(0)
-    return sorted(torch.randperm(n, generator=generator)[:SAMPLE].tolist())
+    return sorted(random.Random(0).sample(range(n), min(SAMPLE, n)))
 
 
 def _index(flat, shape):
-    if not shape:
-        return "[]"
-    return "[" + ", ".join(str(int(i)) for i in torch.unravel_index(torch.tensor(flat), shape)) + "]"
+    position = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        position.append(i)
+    return str(position[::-1])
 
 
 def _number(x, dtype):
