@@ -107,6 +107,19 @@ def _int_sizes(sizes) -> list[int]:
         raise TypeError(f"sizes must be integers, got ({kinds})") from None
 
 
+def _broadcast_shapes(*shapes):
+    """``torch.broadcast_shapes`` in plain Python (torch's own imports half a second on first use)."""
+    ndim = max((len(shape) for shape in shapes), default=0)
+    result = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, ndim - len(shape)):
+            if size != 1 and result[i] not in (1, size):
+                raise RuntimeError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+            if size != 1:
+                result[i] = size
+    return tuple(result)
+
+
 def _check_broadcast(a, b) -> None:
     """Refuse an elementwise operation whose broadcast result would be too large."""
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
@@ -114,7 +127,7 @@ def _check_broadcast(a, b) -> None:
     bound = a.numel() * b.numel()  # a broadcast result never has more elements than this
     if 0 < bound <= MAX_ELEMENTS:
         return
-    _check_count(math.prod(torch.broadcast_shapes(a.shape, b.shape)))
+    _check_count(math.prod(_broadcast_shapes(a.shape, b.shape)))
 
 
 def _check_matmul(a, b) -> None:
@@ -124,7 +137,7 @@ def _check_matmul(a, b) -> None:
     bound = a.numel() * b.numel()  # a product never has more elements than this (k >= 1)
     if 0 < bound <= MAX_ELEMENTS or a.dim() == 0 or b.dim() == 0:
         return
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
     rows = a.shape[-2] if a.dim() > 1 else 1
     cols = b.shape[-1] if b.dim() > 1 else 1
     _check_count(math.prod(batch) * rows * cols)

@@ -140,11 +140,14 @@ def _number(x, dtype):
         return str(x)
     if dtype == torch.float64:
         return repr(x)
-    for digits in range(1, 18):
-        text = f"{x:.{digits}g}"
-        if _round_trip(float(text), dtype) == x:
-            return text
-    return repr(x)
+    low, high = 1, 17  # reading back is monotonic in the digits: search for the fewest
+    while low < high:
+        middle = (low + high) // 2
+        if _round_trip(float(f"{x:.{middle}g}"), dtype) == x:
+            high = middle
+        else:
+            low = middle + 1
+    return f"{x:.{low}g}"
 
 
 def _round_trip(x, dtype):
