@@ -108,16 +108,16 @@ def test_rounding_of_printed_inputs_is_propagated(monkeypatch):
     # printed scores by 7.4e-5 at (7, 7), more than half a unit: only the propagated input rounding
     # lets the right computation pass.
     item = _item("000_attention_explained/version3_p_attn/scores_masked")
-    spread = runner._rounding_spread(item)["out"]
+    spread = runner._numerics(item)[1]["out"]
     assert 1e-5 < float(spread[7, 7]) < 1e-4
     assert runner.run(item).passed
     monkeypatch.setattr(runner, "PERTURBATIONS", 0)
-    runner._rounding_spread_cached.cache_clear()
+    runner._numerics_cached.cache_clear()
     try:
         result = runner.run(item)
         assert not result.passed and "at index (7, 7)" in result.report
     finally:
-        runner._rounding_spread_cached.cache_clear()
+        runner._numerics_cached.cache_clear()
 
 
 def _no_scale(q, k, v, mask=None, scale=None):
@@ -162,3 +162,33 @@ def test_a_shape_expectation_accepts_a_tensor_or_its_size():
     assert compare.check_shape(torch.zeros(4, 8).shape, (4, 8, 3)).message == \
         "shape does not match: (4, 8) != (4, 8, 3) (actual != expected)"
     assert compare.check_shape([4, 8, 3], (4, 8, 3)).stage == "type"
+
+
+def test_an_infinite_or_nan_expectation_is_met_only_by_itself():
+    expected = torch.tensor([math.inf, -math.inf, math.nan], dtype=torch.float64)
+    assert compare.compare_full(torch.tensor([math.inf, -math.inf, math.nan]), expected) is None
+    for wrong in ([5.0, -math.inf, math.nan], [math.inf, math.nan, math.nan], [math.inf, -math.inf, 0.0]):
+        assert compare.compare_full(torch.tensor(wrong), expected) is not None, wrong
+    printed = parse_tensor("tensor([0., -inf])")
+    assert compare.compare_printed(torch.tensor([0.0, 0.0]), printed, extra=torch.tensor([0.0, math.inf])) is not None
+
+
+def test_the_noise_floor_is_measured_so_a_masking_constant_widens_nothing():
+    # Document 002's additive mask holds -1e10 beside exact zeros: a floor scaled by the
+    # tensor's largest value would let ±19073 through at every zero.
+    item = _item("002_attention_mechanism/masked_attention/additive_mask")
+    noise, _ = runner._numerics(item)
+    assert noise["out"] == 0.0  # float32 and float64 agree exactly on this mask
+    assert runner.run(item).passed
+    mask = torch.triu(torch.ones(10, 10) * -1e10, diagonal=1)
+    mask[3, 0] = -15000.0
+    miss = compare.compare_printed(mask, item.check.expectations[0].printed, noise=noise["out"])
+    assert miss is not None and miss.index == (3, 0)
+
+
+def test_the_measured_floor_keeps_small_e_notation_values_tight():
+    item = _item("001_self_attention/four_by_four/softmax")
+    noise, _ = runner._numerics(item)
+    allowed = compare.printed_allowance(item.check.expectations[0].printed, torch.float32, noise=noise["out"])
+    assert 5e-9 < float(allowed[0]) < 5e-7  # 1.2298e-04: half a unit is 5e-9
+    assert float(allowed[0]) < compare.noise_floor(torch.float32, torch.tensor([1.0])) / 4

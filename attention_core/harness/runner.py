@@ -1,7 +1,9 @@
 """Runs one check: make the case's inputs, call the implementation, compare every expectation.
 
 The same function serves pytest, the command line and grading; each turns a
-:class:`Result` into its own report.
+:class:`Result` into its own report. Besides the implementation under test, the reference
+core is run on the CPU to measure a check's numerics: its rounding noise in the case's dtype
+against float64, and how far the rounding of printed inputs moves its outputs.
 """
 
 import functools
@@ -11,9 +13,10 @@ from pathlib import Path
 import torch
 
 from attention_core import reference
-from attention_core.harness import compare, draws
+from attention_core.harness import compare
 from attention_core.harness.cases import SPEC_FUNCTIONS, load_folder
 from attention_core.harness.expr import ExprError
+from attention_core.harness.inputs import has_rounded_inputs, materialise
 
 # Printed inputs are rounded: their rounding is propagated by re-running a check in
 # float64 with every printed input moved within ±half its printed unit, PERTURBATIONS
@@ -73,44 +76,56 @@ def default_cases_folder():
     return here.parent / "cases"
 
 
-def run(item, *, functions=None, device="cpu", dtype=None):
+def run(item, *, functions=None, device="cpu"):
     """Run one check on ``device`` with the spec ``functions`` (default: the reference core).
 
-    ``dtype`` overrides the case's compute dtype (inputs are still drawn in the case's dtype).
+    Never raises for a problem in the case or the implementation: it becomes a failed result.
     """
     if item.error is not None:
         return Result(False, f"{item.location}: {item.error.message}")
     functions = REFERENCE if functions is None else functions
     case, check = item.case, item.check
-    dtype = dtype or case.dtype
-    header = f"{item.location}: {item.id} — {check.kind} `{check.expr.source}` on {device}, {_dtype_name(dtype)}"
+    header = f"{item.location}: {item.id} — {check.kind} `{check.expr.source}` on {device}, {_dtype_name(case.dtype)}"
     try:
-        scope = materialise(case, device=device, dtype=dtype)
-        given = set()
-        if check.kind == "call":
-            functions = {**functions, check.function: _recording(functions[check.function], given)}
-        outputs = _call(check, check.expr, scope, functions, device, dtype)
-        _check_output_dtypes(outputs, given)
-        values = _targets(check, scope, outputs, device, dtype)
+        return _run(item, functions, device, header)
     except _CallFailed as err:
         return Result(False, f"{header}\n{err}")
     except ExprError as err:
         return Result(False, f"{header}\nthe case could not be evaluated: {err}")
-    spread = _rounding_spread(item) if _has_rounded_inputs(case) else {}
-    oracles = _oracles(item)
-    failures = []
-    for expectation in check.expectations:
-        mismatch = _compare(expectation, values[expectation.target], device, spread.get(expectation.target),
-                            oracles.get(expectation.target))
-        if mismatch is not None:
-            failures.append(f"{expectation.target} (line {expectation.line}): {mismatch.message}")
+    except Exception as err:  # a case the loader could not fully vet (sizes, dtypes at run time)
+        return Result(False, f"{header}\nthe check could not run: {type(err).__name__}: {err}")
+
+
+def _run(item, functions, device, header):
+    case, check = item.case, item.check
+    scope = materialise(case, device=device)
+    given = set()
+    if check.kind == "call":
+        functions = {**functions, check.function: _recording(functions[check.function], given)}
+    outputs = _call(check, check.expr, scope, functions, device, case.dtype)
+    _check_output_dtypes(outputs, given)
+    values = _targets(check, scope, outputs, device, case.dtype)
+    failures = _failures(item, values, device)
     if check.erratum is not None and not failures:
-        stale = _stale_erratum(item, scope, functions, device, dtype)
+        stale = _stale_erratum(item, scope, functions, device)
         if stale:
             failures.append(stale)
     if failures:
         return Result(False, header + "\n" + "\n\n".join(failures), values)
     return Result(True, outputs=values)
+
+
+def _failures(item, values, device):
+    noise, spread = _numerics(item)
+    oracles = _oracles(item)
+    failures = []
+    for expectation in item.check.expectations:
+        target = expectation.target
+        mismatch = _compare(expectation, values[target], device, noise.get(target), spread.get(target),
+                            oracles.get(target), item.case.dtype)
+        if mismatch is not None:
+            failures.append(f"{target} (line {expectation.line}): {mismatch.message}")
+    return failures
 
 
 def _dtype_name(dtype):
@@ -135,68 +150,6 @@ def _recording(function, seen):
         seen.update(a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point())
         return function(*args, **kwargs)
     return call
-
-
-def materialise(case, *, device="cpu", dtype=None, perturb=None):
-    """The case's inputs by name: drawn on the CPU in the case's dtype, then cast and moved.
-
-    ``perturb`` (a CPU generator) moves every printed input within ±half its printed unit.
-    """
-    dtype = dtype or case.dtype
-    generator = torch.Generator().manual_seed(case.seed) if case.seed is not None else None
-    scope = {}
-    for item in case.inputs:
-        if item.kind == "expr":
-            value = item.value.evaluate(scope, device=device, dtype=dtype)
-        elif item.kind == "draw":
-            kind, spec = item.value
-            value = draws.draw(kind, spec, generator, item.dtype or case.dtype)
-        elif item.kind == "printed":
-            value = _printed_input(item.value, perturb)
-        elif item.kind == "token_ids":
-            value = token_ids(**item.value)
-        elif isinstance(item.value, torch.Tensor) and item.value.dtype != torch.bool:
-            # Literal numbers are the case's dtype unless the input names one (ids: int64).
-            value = item.value.to(item.dtype or dtype)
-        else:
-            value = item.value
-        scope[item.name] = _place(value, device, dtype, keep=item.dtype is not None)
-    return scope
-
-
-def token_ids(text, lower=False, remove=""):
-    """Number the words of ``text`` by their place in its sorted word list.
-
-    As the documents do it: ``{s: i for i, s in enumerate(sorted(words))}``, so a repeated
-    word takes its last place.
-    """
-    if lower:
-        text = text.lower()
-    words = text.translate({ord(c): None for c in remove}).split()
-    vocab = {word: i for i, word in enumerate(sorted(words))}
-    return torch.tensor([vocab[word] for word in words], dtype=torch.int64)
-
-
-def _printed_input(printed, perturb):
-    value = printed.dense()
-    if perturb is not None:
-        signs = torch.randint(0, 2, value.shape, generator=perturb, dtype=torch.float64) * 2 - 1
-        value = value + signs * printed.unit.reshape(value.shape) * 0.5
-    if printed.kind == "bool":
-        return value.to(torch.bool)
-    if printed.kind == "int":
-        return value.to(torch.int64)
-    return value if printed.dtype is None else value.to(getattr(torch, printed.dtype))
-
-
-def _place(value, device, dtype, *, keep=False):
-    if isinstance(value, torch.Tensor):
-        if value.is_floating_point() and not keep:
-            value = value.to(dtype)
-        return value.to(device)
-    if hasattr(value, "weight"):  # a Linear draw
-        return type(value)(**{k: _place(v, device, dtype, keep=keep) for k, v in vars(value).items()})
-    return value
 
 
 def _call(check, expression, scope, functions, device, dtype):
@@ -229,7 +182,7 @@ def _targets(check, scope, outputs, device, dtype):
     return values
 
 
-def _compare(expectation, actual, device, spread, oracle=None):
+def _compare(expectation, actual, device, noise=None, spread=None, oracle=None, dtype=None):
     if expectation.kind == "shape":
         return compare.check_shape(actual, expectation.shape)
     if expectation.kind == "oracle":
@@ -244,7 +197,9 @@ def _compare(expectation, actual, device, spread, oracle=None):
     if spread is not None and isinstance(actual, torch.Tensor) and spread.shape == actual.shape:
         gathered = spread[tuple(printed.index.T)] if printed.ndim else spread.reshape(1)
         extra = gathered if extra is None else extra + gathered
-    return compare.compare_printed(actual, printed, extra=extra, device=device)
+    if not (isinstance(actual, torch.Tensor) and actual.dtype == dtype):
+        noise = None  # measured in the case's dtype: another dtype falls back to the general floor
+    return compare.compare_printed(actual, printed, extra=extra, noise=noise, device=device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -254,56 +209,74 @@ def _oracles(item):
     if not wanted:
         return {}
     scope = materialise(item.case, device="cpu", dtype=torch.float64)
-    return {e.target: e.oracle.evaluate(scope, device="cpu", dtype=torch.float64) for e in wanted}
+    values = {}
+    for e in wanted:
+        value = e.oracle.evaluate(scope, device="cpu", dtype=torch.float64)
+        values[e.target] = torch.as_tensor(value, dtype=torch.float64) if not isinstance(value, torch.Tensor) else value
+    return values
 
 
-def _has_rounded_inputs(case):
-    return any(i.kind == "printed" and bool((i.value.unit > 0).any()) for i in case.inputs)
+def _numerics(item):
+    """Per target, as the reference core shows them: (rounding noise, printed-input spread).
+
+    The noise is max |reference in the case's dtype - reference in float64| over the target;
+    the spread, for cases with printed inputs, is the largest change of each element over
+    PERTURBATIONS float64 runs with the inputs moved within their printed rounding, x SAFETY.
+    Empty where the reference itself cannot run the check.
+    """
+    if not any(e.kind == "printed" for e in item.check.expectations):
+        return {}, {}
+    try:
+        return _numerics_cached(item)
+    except Exception:  # the run itself reports what is wrong with the case
+        return {}, {}
 
 
 @functools.lru_cache(maxsize=None)
-def _rounding_spread_cached(item):
+def _numerics_cached(item):
     case, check = item.case, item.check
-    base = _targets(check, *_float64_run(case, check, None))
-    generator = torch.Generator().manual_seed(0)
+    base = _reference_targets(case, check, torch.float64)
+    own = _reference_targets(case, check, case.dtype)
+    noise = {name: _max_change(own[name], value) for name, value in base.items() if _comparable(own.get(name), value)}
     spread = {}
-    for _ in range(PERTURBATIONS):
-        moved = _targets(check, *_float64_run(case, check, generator))
-        for name, value in moved.items():
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and name in base:
-                change = torch.nan_to_num((value - base[name]).abs(), nan=0.0, posinf=0.0)
-                spread[name] = torch.maximum(spread[name], change) if name in spread else change
-    return {name: change * SAFETY for name, change in spread.items()}
+    if has_rounded_inputs(case):
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(PERTURBATIONS):
+            moved = _reference_targets(case, check, torch.float64, generator)
+            for name, value in moved.items():
+                if _comparable(value, base.get(name)):
+                    change = torch.nan_to_num((value - base[name]).abs(), nan=0.0, posinf=0.0)
+                    spread[name] = torch.maximum(spread[name], change) if name in spread else change
+    return noise, {name: change * SAFETY for name, change in spread.items()}
 
 
-def _float64_run(case, check, perturb):
-    scope = materialise(case, device="cpu", dtype=torch.float64, perturb=perturb)
-    outputs = _call(check, check.expr, scope, REFERENCE, "cpu", torch.float64)
-    return scope, outputs, "cpu", torch.float64
+def _reference_targets(case, check, dtype, perturb=None):
+    scope = materialise(case, device="cpu", dtype=dtype, perturb=perturb)
+    outputs = _call(check, check.expr, scope, REFERENCE, "cpu", dtype)
+    return _targets(check, scope, outputs, "cpu", dtype)
 
 
-def _rounding_spread(item):
-    """For each target, the float64 spread caused by the rounding of printed inputs (x SAFETY)."""
-    try:
-        return _rounding_spread_cached(item)
-    except (ExprError, _CallFailed, RuntimeError):
-        return {}
+def _comparable(a, b):
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.is_floating_point()
+            and b.is_floating_point() and a.shape == b.shape)
 
 
-def _stale_erratum(item, scope, functions, device, dtype):
+def _max_change(a, b):
+    change = torch.nan_to_num((a.to(torch.float64) - b.to(torch.float64)).abs(), nan=0.0, posinf=0.0)
+    return float(change.max()) if change.numel() else 0.0
+
+
+def _stale_erratum(item, scope, functions, device):
     """An erratum's correct computation must still miss the printed values, or the note is stale."""
     differs = item.check.erratum.differs
     if differs is None:
         return None
     try:
-        outputs = _call(item.check, differs, scope, functions, device, dtype)
-        values = _targets(item.check, scope, outputs, device, dtype)
+        outputs = _call(item.check, differs, scope, functions, device, item.case.dtype)
+        values = _targets(item.check, scope, outputs, device, item.case.dtype)
     except (_CallFailed, ExprError) as err:
         return f"erratum: the correct computation `{differs.source}` could not be evaluated: {err}"
-    spread = _rounding_spread(item) if _has_rounded_inputs(item.case) else {}
-    for expectation in item.check.expectations:
-        if expectation.kind != "shape" and _compare(expectation, values[expectation.target], device,
-                                                    spread.get(expectation.target)) is not None:
-            return None
+    if _failures(item, values, device):
+        return None
     return (f"erratum is stale: the correct computation `{differs.source}` reproduces the printed values too, "
             f"so the erratum note (line {item.check.erratum.line}) no longer explains anything")

@@ -217,7 +217,7 @@ def _entry_mismatch(actual, expected):
     want = torch.tensor([_float(expected["elements"][k]) for k in keys], dtype=torch.float64)
     index = torch.tensor([[int(i) for i in k.strip("[]").split(",") if i.strip()] for k in keys], dtype=torch.int64)
     index = index.reshape(len(keys), -1)
-    mismatch = compare._compare_values(got, want, atol + rtol * want.abs(), index)
+    mismatch = compare.compare_values(got, want, atol + rtol * want.abs(), index)
     return mismatch.message if mismatch else None
 
 
