@@ -165,3 +165,34 @@ def test_bool_and_int_tensors_compare_exactly():
     assert EXT.matches(serialized_data=_text(m=mask, i=torch.arange(4)), snapshot_data=_text(m=mask, i=torch.arange(4)))
     report = "\n".join(EXT.diff_lines(_text(m=~mask), _text(m=mask)))
     assert "Mismatched elements: 9 / 9" in report
+    report = "\n".join(EXT.diff_lines(_text(i=torch.tensor([0, 1, 2, 4])), _text(i=torch.arange(4))))
+    assert "Mismatched elements: 1 / 4" in report and "at index (3,)" in report
+
+
+def test_an_element_turning_nan_in_a_summarised_tensor_is_detected():
+    value = torch.rand(32, 8, 128, 64, generator=torch.Generator().manual_seed(2))
+    text = _text(out=value)
+    moved = value.clone()
+    moved[17, 3, 100, 5] = float("nan")
+    report = "\n".join(EXT.diff_lines(_text(out=moved), text))
+    assert "slice [17, 3]: 1 non-finite elements != 0" in report
+
+
+def test_float16_extremes_and_plain_values_serialise_and_compare():
+    extremes = torch.tensor([65504.0, -65504.0, 6.1e-5, 0.0], dtype=torch.float16)
+    entry = parse(_text(x=extremes))["x"]
+    assert list(entry["elements"].values()) == ["6.55e+04", "-6.55e+04", "6.1e-05", "0"]
+    back = torch.tensor([float(v) for v in entry["elements"].values()]).to(torch.float16)
+    assert torch.equal(back, extremes)
+    plain = _text(size=torch.Size([4, 8]), mean=0.25)
+    assert EXT.matches(serialized_data=_text(size=torch.Size([4, 8]), mean=0.25 + 1e-9), snapshot_data=plain)
+    assert "number does not match: 0.5 != 0.25" in "\n".join(EXT.diff_lines(_text(size=torch.Size([4, 8]),
+                                                                                  mean=0.5), plain))
+    assert "size does not match: [4, 9] != [4, 8]" in "\n".join(EXT.diff_lines(_text(size=torch.Size([4, 9]),
+                                                                                   mean=0.25), plain))
+
+
+def test_an_unreadable_snapshot_is_one_clear_problem_and_never_a_match():
+    assert not EXT.matches(serialized_data=_text(out=torch.zeros(2)), snapshot_data="== out\ndtype: float32\n")
+    report = list(EXT.diff_lines(_text(out=torch.zeros(2)), "== out\ndtype: float32\n"))
+    assert report[0].startswith("the snapshot file could not be read (KeyError")

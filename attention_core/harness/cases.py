@@ -23,7 +23,7 @@ SPEC_FUNCTIONS = tuple(reference.__all__)
 DEFAULT_RETURNS = {"attention": ("output", "weights"), "multi_head_attention": ("output", "weights")}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64, "int64": torch.int64, "bool": torch.bool}
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # no ".": it joins ids in snapshot names
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -567,7 +567,7 @@ def _id(path, raw, key):
     value = raw[key]
     if not isinstance(value, str) or not _ID.match(value):
         raise CaseError(path, raw.value_lines[key],
-                        f"{key} must be letters, digits, '_', '.' or '-', got {value!r}")
+                        f"{key} must be letters, digits, '_' or '-', got {value!r}")
     return value
 
 

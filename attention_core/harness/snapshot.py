@@ -17,6 +17,7 @@ matches the CPU-written file, and a difference within tolerance never rewrites i
 import itertools
 import math
 import random
+import re
 import struct
 
 import torch
@@ -30,8 +31,12 @@ _HEADER = "# attention-core snapshot (a regression guard of the reference core, 
 
 
 def snapshot_name(item):
-    """``<file>.<case>.<check>``: the same for every device."""
-    return f"{item.file.name}.{item.case.id}.{item.check.id}"
+    """``<file>.<case>.<check>``: the same for every device, and a safe file name.
+
+    Case and check ids hold no ``.`` (the loader refuses one), so the name is unambiguous.
+    """
+    stem = re.sub(r"[^A-Za-z0-9_-]", "_", item.file.name)
+    return f"{stem}.{item.case.id}.{item.check.id}"
 
 
 def snapshot_data(item, result):
@@ -57,7 +62,7 @@ class TensorSnapshotExtension(SingleFileSnapshotExtension):
     @classmethod
     def get_snapshot_name(cls, *, test_location, index=0):
         if isinstance(index, str):
-            return cls._sanitize_filename(index)
+            return index  # made by snapshot_name(): already a safe file name
         return super().get_snapshot_name(test_location=test_location, index=index)
 
     @classmethod
@@ -75,14 +80,10 @@ class TensorSnapshotExtension(SingleFileSnapshotExtension):
     def matches(self, *, serialized_data, snapshot_data):
         if serialized_data == snapshot_data:  # the usual case: same digits, nothing to parse
             return True
-        return not _mismatches(parse(serialized_data), parse(snapshot_data))
+        return not _problems(serialized_data, snapshot_data)
 
     def diff_lines(self, serialized_data, snapshot_data):
-        try:
-            found = _mismatches(parse(serialized_data), parse(snapshot_data))
-        except ValueError as err:
-            found = [f"the snapshot file could not be read: {err}"]
-        for problem in found:
+        for problem in _problems(serialized_data, snapshot_data):
             yield from problem.splitlines()
 
 
@@ -90,6 +91,10 @@ class TensorSnapshotExtension(SingleFileSnapshotExtension):
 
 
 def _serialize_value(value):
+    if isinstance(value, torch.Size):
+        return [f"size: {list(value)}"]
+    if isinstance(value, (bool, int, float)):
+        return [f"number: {value!r}"]
     if not isinstance(value, torch.Tensor):
         return [f"value: {value!r}"]
     value = value.detach().cpu()
@@ -104,12 +109,14 @@ def _summary_lines(value):
     slices, per = _slices(value)
     wide = slices.to(torch.float64)
     finite = torch.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)
+    nonfinite = (~torch.isfinite(wide)).sum(dim=1)
     lines = [f"summary: {slices.shape[0]} slices over the last {min(2, value.ndim)} dims, {per} elements each; "
-             f"float64 sum, sum of |x|, max |x|; then {SAMPLE} sampled elements"]
+             f"float64 sum, sum of |x|, max |x| of the finite elements, count of the others; "
+             f"then {SAMPLE} sampled elements"]
     for i in range(slices.shape[0]):
         lead = _index(i, value.shape[:-2]) if value.ndim > 2 else "[]"
         lines.append(f"slice {lead} {float(finite[i].sum())!r} {float(finite[i].abs().sum())!r} "
-                     f"{float(wide[i].abs().max())!r}")
+                     f"{float(finite[i].abs().max())!r} {int(nonfinite[i])}")
     for flat_index in _sample_indices(value.numel()):
         lines.append(f"{_index(flat_index, value.shape)} {_number(value.reshape(-1)[flat_index].item(), value.dtype)}")
     return lines
@@ -153,11 +160,14 @@ def _number(x, dtype):
 
 
 def _round_trip(x, dtype):
-    """``x`` rounded to ``dtype`` and back to a Python float."""
-    if dtype == torch.float32:
-        return struct.unpack("f", struct.pack("f", x))[0]
-    if dtype == torch.float16:
-        return struct.unpack("e", struct.pack("e", x))[0]
+    """``x`` rounded to ``dtype`` and back to a Python float (NaN where it does not fit)."""
+    try:
+        if dtype == torch.float32:
+            return struct.unpack("f", struct.pack("f", x))[0]
+        if dtype == torch.float16:
+            return struct.unpack("e", struct.pack("e", x))[0]
+    except OverflowError:  # a decimal just past the dtype's largest value (65504 for float16)
+        return math.nan
     return torch.tensor(x, dtype=torch.float64).to(dtype).item()
 
 
@@ -174,7 +184,7 @@ def parse(text):
             current = entries.setdefault(line[3:], {"elements": {}, "slices": {}})
         elif current is None:
             raise ValueError(f"line {number}: expected '== name' before {line!r}")
-        elif line.startswith(("dtype: ", "shape: ", "value: ", "summary: ")):
+        elif line.startswith(("dtype: ", "shape: ", "value: ", "summary: ", "size: ", "number: ")):
             key, _, rest = line.partition(": ")
             current[key] = rest
         elif line.startswith("slice "):
@@ -184,6 +194,15 @@ def parse(text):
             index, _, number = line.partition("] ")
             current["elements"][index + "]"] = number
     return entries
+
+
+def _problems(serialized, stored):
+    """What differs between a computed and a stored snapshot; an unreadable file is one problem."""
+    try:
+        return _mismatches(parse(serialized), parse(stored))
+    except (ValueError, KeyError, IndexError) as err:
+        return [f"the snapshot file could not be read ({type(err).__name__}: {err}); "
+                f"regenerate it with --snapshot-update and review the diff"]
 
 
 def _mismatches(actual, expected):
@@ -197,9 +216,9 @@ def _mismatches(actual, expected):
 
 
 def _entry_mismatch(actual, expected):
-    if "value" in actual or "value" in expected:
-        same = actual.get("value") == expected.get("value")
-        return None if same else f"value does not match: {actual.get('value')} != {expected.get('value')}"
+    kinds = {k for k in ("size", "number", "value") if k in actual or k in expected}
+    if kinds:
+        return _plain_mismatch(kinds, actual, expected)
     if actual["shape"] != expected["shape"]:
         return f"shape does not match: {actual['shape']} != {expected['shape']} (actual != snapshot)"
     if actual["dtype"] != expected["dtype"]:
@@ -221,14 +240,30 @@ def _entry_mismatch(actual, expected):
     return mismatch.message if mismatch else None
 
 
+def _plain_mismatch(kinds, actual, expected):
+    """Sizes and other values compare exactly; a plain number with float32's default tolerance."""
+    (kind,) = kinds if len(kinds) == 1 else ("value",)
+    got, want = actual.get(kind), expected.get(kind)
+    if kind == "number" and got is not None and want is not None:
+        rtol, atol = compare.default_tolerance(torch.float32)
+        g, w = float(_float(got)), float(_float(want))
+        if g == w or abs(g - w) <= atol + rtol * abs(w):
+            return None
+    elif got == want:
+        return None
+    return f"{kind} does not match: {got} != {want} (actual != snapshot)"
+
+
 def _float(text):
     return {"True": 1.0, "False": 0.0}.get(text) if text in ("True", "False") else float(text)
 
 
 def _slice_mismatch(actual, expected, rtol, atol):
     per = int(expected["summary"].split(", ")[1].split()[0]) if "summary" in expected else 0
-    for index, (s_want, a_want, m_want) in expected["slices"].items():
-        s_got, a_got, m_got = actual["slices"][index]
+    for index, (s_want, a_want, m_want, n_want) in expected["slices"].items():
+        s_got, a_got, m_got, n_got = actual["slices"][index]
+        if n_got != n_want:
+            return f"slice {index}: {int(n_got)} non-finite elements != {int(n_want)} (actual != snapshot)"
         sum_tol = per * atol + rtol * a_want
         if abs(s_got - s_want) > sum_tol or abs(a_got - a_want) > sum_tol:
             return (f"slice {index}: sum {s_got!r} != {s_want!r} or sum|x| {a_got!r} != {a_want!r} "
