@@ -154,7 +154,56 @@ def _case(body):
          - id: c
            expr: a
            expect: {"attention(a, a, a)": [1.0]}
-     """, 8, "a target is harness-side"),
+     """, 8, "spec functions are graded, and are called only in a check's 'call'"),
+    ("""\
+     - id: spec_call_in_input
+       inputs:
+         a: [1.0]
+         m: {expr: "causal_mask(3)"}
+       checks: [{id: c, expr: a, expect: {out: [1.0]}}]
+     """, 6, "unknown function 'causal_mask'"),
+    ("""\
+     - id: dtype_not_a_name
+       dtype: [float32]
+       checks: [{id: c, expr: "ones(1)", expect: {out: [1.0]}}]
+     """, 4, "unknown dtype ['float32']"),
+    ("""\
+     - id: huge_seed
+       seed: 18446744073709551616
+       inputs: {x: {randn: [2]}}
+       checks: [{id: c, expr: x, expect: {out: "torch.Size([2])"}}]
+     """, 4, "seed must be a whole number from 0 to 2**64 - 1"),
+    ("""\
+     - id: int_draw
+       seed: 1
+       inputs: {x: {randn: [2], dtype: int64}}
+       checks: [{id: c, expr: x, expect: {out: "torch.Size([2])"}}]
+     """, 5, "randn draws a floating dtype"),
+    ("""\
+     - id: null_atol
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: a
+           expect: {out: {values: [1.0], rtol: 0.1, atol: ~}}
+     """, 8, "atol must be a finite number"),
+    ("""\
+     - id: nan_rtol
+       inputs: {a: [1.0]}
+       checks:
+         - id: c
+           expr: a
+           expect: {out: {values: [1.0], rtol: .nan, atol: .nan}}
+     """, 8, "rtol must be a finite number"),
+    ("""\
+     - id: too_big
+       inputs: {a: [99999999999999999999999]}
+       checks: [{id: c, expr: a, expect: {out: [1.0]}}]
+     """, 4, "a number does not fit"),
+    ("""\
+     - id: dotted.id
+       checks: [{id: c, expr: "ones(1)", expect: {out: [1.0]}}]
+     """, 3, "id must be letters, digits, '_' or '-'"),
 ])
 def test_case_level_problems_name_the_line_and_the_problem(tmp_path, body, line, words):
     err = _error(tmp_path, _case(body))
@@ -221,3 +270,12 @@ def test_a_graded_call_must_return_the_dtype_it_was_given(tmp_path):
     result = runner.run(item, functions=in_float32)
     assert not result.passed
     assert "out: dtype does not match: torch.float32 != torch.float64" in result.report
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path):
+    levels = ["      l0: &l0 [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]"]
+    levels += [f"      l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]
+    text = _case("- id: bomb\n  inputs:\n" + "\n".join(line[2:] for line in levels)
+                 + "\n  checks: [{id: c, expr: l8, expect: {out: [1.0]}}]\n")
+    err = _error(tmp_path, text)
+    assert "a literal of 10000000 elements; the limit is 1048576" in err.message

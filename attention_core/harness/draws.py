@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import torch
 
 KINDS = ("randn", "rand", "randint", "embedding", "linear")
+FLOATING = ("randn", "rand", "embedding", "linear")  # drawn in a floating dtype
+MAX_ELEMENTS = 2**26
 
 
 def draw(kind, spec, generator, dtype):
@@ -27,9 +29,9 @@ def draw(kind, spec, generator, dtype):
         A tensor, or for ``linear`` a record with ``weight`` ``(out, in)`` and ``bias`` ``(out,)``.
     """
     if kind == "randn":
-        return torch.randn(*spec["size"], generator=generator, dtype=dtype)
+        return torch.randn(spec["size"], generator=generator, dtype=dtype)
     if kind == "rand":
-        return torch.rand(*spec["size"], generator=generator, dtype=dtype)
+        return torch.rand(spec["size"], generator=generator, dtype=dtype)
     if kind == "randint":
         return torch.randint(spec["low"], spec["high"], tuple(spec["size"]), generator=generator)
     if kind == "embedding":
@@ -87,13 +89,18 @@ def check_spec(kind, args):
             raise ValueError(f"{kind}: {name} must be a whole number, got {value!r}")
     if kind == "randint" and args["low"] >= args["high"]:
         raise ValueError(f"randint: low ({args['low']}) must be below high ({args['high']})")
+    if kind == "randint" and not -(2**63) <= args["low"] < args["high"] <= 2**63:
+        raise ValueError("randint: low and high must fit in int64")
+    sizes = {"embedding": ("num_embeddings", "embedding_dim"), "linear": ("in_features", "out_features")}
+    if kind in sizes and math.prod(args[n] for n in sizes[kind]) > MAX_ELEMENTS:
+        raise ValueError(f"{kind}: more than 2**26 elements")
     return args
 
 
 def _size(size, kind):
     if not isinstance(size, list) or not all(_is_int(n) and n >= 0 for n in size):
         raise ValueError(f"{kind}: size must be a list of whole numbers, got {size!r}")
-    if math.prod(size) > 2**26:
+    if math.prod(size) > MAX_ELEMENTS:
         raise ValueError(f"{kind}: size {size} has more than 2**26 elements")
     return tuple(size)
 
