@@ -17,19 +17,25 @@ from attention_core.harness.cases import load_folder
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m attention_core",
                                      description="Golden-value harness for attention mechanisms.")
+    # The options may stand before or after the command; a subcommand's copy only sets what it is given.
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common.add_argument("--cases", type=Path, help="folder of case files (default: the project's cases/)")
+    parser.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
     commands = parser.add_subparsers(dest="command")
-    check = commands.add_parser("check", help="run every case on the reference core (the default)")
-    for p in (parser, check):
-        p.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
-        p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=None,
+    check = commands.add_parser("check", parents=[common], help="run every case on the reference core (the default)")
+    for p, default in ((parser, None), (check, argparse.SUPPRESS)):
+        p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=default,
                        help="device to run on (repeatable; default: cpu, and cuda when available)")
-        p.add_argument("-v", "--verbose", action="store_true", help="print every failure in full")
-    table = commands.add_parser("inventory", help="check the corpus inventory and print the README's corpus table")
-    table.add_argument("--cases", type=Path, default=None, help="folder of case files")
+        p.add_argument("-v", "--verbose", action="store_true", default=default or False,
+                       help="print every failure in full")
+    table = commands.add_parser("inventory", parents=[common],
+                                help="check the corpus inventory and print the README's corpus table")
     table.add_argument("--write-readme", type=Path, metavar="README", default=None,
                        help="replace the table between the corpus markers of this README")
     args = parser.parse_args(argv)
     folder = args.cases or runner.default_cases_folder()
+    if not folder.is_dir():
+        parser.error(f"--cases {folder}: no such folder")
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     return check_command(folder, args.device or ["cpu", "cuda"], args.verbose)
@@ -77,6 +83,12 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
     _print_table(rows, out)
     if "cuda" in devices and not torch.cuda.is_available():
         print("skipped: CUDA is not available here (torch.cuda.is_available() is False)", file=out)
+    errata = [item for item in items if item.error is None and item.check.erratum is not None]
+    if errata:
+        print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
+              f"(checked that way; -v gives the notes):", file=out)
+        for item in errata:
+            print(f"  {item.id} ({item.location})" + (f": {item.check.erratum.note}" if verbose else ""), file=out)
     for report in failures:
         print("\nFAILED " + (report if verbose else report.split("\n", 1)[0]), file=out)
     if failures and not verbose:

@@ -196,3 +196,18 @@ def test_an_unreadable_snapshot_is_one_clear_problem_and_never_a_match():
     assert not EXT.matches(serialized_data=_text(out=torch.zeros(2)), snapshot_data="== out\ndtype: float32\n")
     report = list(EXT.diff_lines(_text(out=torch.zeros(2)), "== out\ndtype: float32\n"))
     assert report[0].startswith("the snapshot file could not be read (KeyError")
+
+
+def test_another_cases_folder_neither_uses_nor_touches_the_projects_snapshots(project, tmp_path_factory):
+    other = tmp_path_factory.mktemp("other")
+    (other / "other.yaml").write_text(CASE.replace("id: demo", "id: elsewhere"), encoding="utf-8")
+    before = _snapshots(project)
+    code, out = _pytest(project, "--cases", str(other))
+    # Checked against the documents only: no snapshot is compared, and none is reported unused.
+    assert code == 0 and "2 passed" in out and "snapshots passed" not in out and "snapshots unused" not in out, out
+    code, out = _pytest(project, "--cases", str(other), "--snapshot-update")
+    assert code != 0 and "refusing to rewrite them" in out, out
+    code, out = _pytest(project, "--cases", str(other / "missing"))
+    assert code != 0 and "no such folder" in out, out
+    assert _snapshots(project) == before
+

@@ -16,6 +16,12 @@ the caller's ``functions``, then :data:`BUILTINS`. Creation functions (``ones``,
 ``zeros``, ``full``, ``eye``, ``arange``, ``tensor``) build on the evaluation device,
 and their floating results take the evaluation dtype unless ``dtype=`` is given.
 
+Resource limits are enforced before anything is allocated: no operation may create more
+than :data:`MAX_ELEMENTS` elements (creation, broadcasting, matrix products, ``repeat``,
+``expand``, ``cat``/``stack``, advanced indexing), one evaluation may create at most
+:data:`MAX_TOTAL_ELEMENTS` in all (views and the scope's own tensors cost nothing), and a
+tuple or list built with ``+`` may hold at most :data:`MAX_SEQUENCE` items.
+
 Columns in errors are 1-based character positions in the source text as given.
 """
 
@@ -25,6 +31,7 @@ import ast
 import math
 import operator
 import re
+import threading
 import types
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +43,9 @@ __all__ = ["ExprError", "Expr", "parse", "BUILTINS", "CONSTANTS"]
 
 MAX_SOURCE_CHARS = 2000
 MAX_DEPTH = 50
-MAX_ELEMENTS = 2**26
+MAX_ELEMENTS = 2**26  # elements one operation may create
+MAX_TOTAL_ELEMENTS = 2**28  # elements one evaluation may create, all operations together
+MAX_SEQUENCE = 2**16  # items in a tuple or list built with `+`
 MAX_INT_EXPONENT = 64
 MAX_INT_POWER_BITS = 4096
 
@@ -69,10 +78,48 @@ class _Refusal(ExprError):
     """An operation refused before it ran: a resource limit, or a device move in ``to``."""
 
 
+class _Meter(threading.local):
+    """Elements created so far by this thread's evaluation; None outside :meth:`Expr.evaluate`."""
+
+    spent: int | None = None
+
+
+_METER = _Meter()
+
+
 def _check_count(count: int) -> None:
-    # The one place the element limit is enforced.
+    # The one place the per-operation element limit is enforced (then the evaluation's budget).
     if count > MAX_ELEMENTS:
         raise _Refusal(f"would create {count} elements; the limit is {MAX_ELEMENTS}")
+    _reserve(count)
+
+
+def _reserve(count: int) -> None:
+    # Refuse an operation that would take this evaluation past its budget of elements.
+    spent = _METER.spent
+    if spent is not None and spent + count > MAX_TOTAL_ELEMENTS:
+        raise _Refusal(
+            f"would create {count} more elements, {spent + count} in this evaluation; "
+            f"the budget is {MAX_TOTAL_ELEMENTS}"
+        )
+
+
+def _room() -> int:
+    # The most elements the next operation may create: the limit, or what is left of the budget.
+    spent = _METER.spent
+    if spent is None:
+        return MAX_ELEMENTS
+    return min(MAX_ELEMENTS, MAX_TOTAL_ELEMENTS - spent)
+
+
+def _account(result, operand=None) -> None:
+    # Charge a result to the evaluation's budget: not a view, and not an operand handed back.
+    if isinstance(result, Tensor):
+        if result is not operand and not result._is_view():
+            _METER.spent += result.numel()
+    elif type(result) in _RESULT_TYPES:  # x.max(dim): values and indices
+        for part in result:
+            _account(part)
 
 
 # --------------------------------------------------------------------------- constants
@@ -120,14 +167,21 @@ def _broadcast_shapes(*shapes):
     return tuple(result)
 
 
-def _check_broadcast(a, b) -> None:
-    """Refuse an elementwise operation whose broadcast result would be too large."""
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+def _check_broadcast(*operands) -> None:
+    """Refuse an elementwise operation whose broadcast result would be too large.
+
+    Operands that are not tensors count as scalars; with no tensor at all, nothing is created.
+    """
+    bound = 1  # a broadcast result never has more elements than the product of the operands'
+    tensors = False
+    for operand in operands:
+        if isinstance(operand, Tensor):
+            bound *= operand.numel()
+            tensors = True
+    if not tensors or 0 < bound <= _room():
         return
-    bound = a.numel() * b.numel()  # a broadcast result never has more elements than this
-    if 0 < bound <= MAX_ELEMENTS:
-        return
-    _check_count(math.prod(_broadcast_shapes(a.shape, b.shape)))
+    shapes = [operand.shape for operand in operands if isinstance(operand, Tensor)]
+    _check_count(math.prod(_broadcast_shapes(*shapes)))
 
 
 def _check_matmul(a, b) -> None:
@@ -135,12 +189,145 @@ def _check_matmul(a, b) -> None:
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         return
     bound = a.numel() * b.numel()  # a product never has more elements than this (k >= 1)
-    if 0 < bound <= MAX_ELEMENTS or a.dim() == 0 or b.dim() == 0:
+    if 0 < bound <= _room() or a.dim() == 0 or b.dim() == 0:  # torch refuses 0-dim operands
         return
     batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
     rows = a.shape[-2] if a.dim() > 1 else 1
     cols = b.shape[-1] if b.dim() > 1 else 1
     _check_count(math.prod(batch) * rows * cols)
+
+
+def _check_attention(q, k, v, mask) -> None:
+    """Refuse an attention whose weights ``(..., L, S)`` or output ``(..., L, Ev)`` would be too large."""
+    if not all(isinstance(t, Tensor) and t.dim() >= 2 for t in (q, k, v)):
+        return  # torch refuses these itself
+    mask_shape = mask.shape if isinstance(mask, Tensor) else ()
+    bound = q.numel() * k.numel() * v.numel() * math.prod(mask_shape)
+    if 0 < bound <= _room():
+        return
+    batch = _broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    _check_count(math.prod(_broadcast_shapes((*batch, q.shape[-2], k.shape[-2]), mask_shape)))
+    batch = _broadcast_shapes(batch, v.shape[:-2])
+    _check_count(math.prod(batch) * q.shape[-2] * v.shape[-1])
+
+
+def _check_total(tensors) -> None:
+    """Refuse a ``cat`` or ``stack`` whose result (the inputs' elements together) would be too large."""
+    if isinstance(tensors, (tuple, list)):
+        _check_count(sum(t.numel() for t in tensors if isinstance(t, Tensor)))
+
+
+def _check_sequences(left, right) -> None:
+    """Refuse a tuple or list ``+`` whose result would be too long."""
+    if isinstance(left, (tuple, list)) and isinstance(right, (tuple, list)):
+        length = len(left) + len(right)
+        if length > MAX_SEQUENCE:
+            raise _Refusal(f"would create a sequence of {length} items; the limit is {MAX_SEQUENCE}")
+
+
+def _is_advanced(item) -> bool:
+    # An index item that makes x[...] copy rather than view: a tensor, a sequence or a bool.
+    # (A 0-dim integer tensor selects, like an int; sizing it as advanced gives the same count.)
+    return isinstance(item, (Tensor, list, tuple, bool))
+
+
+def _index_bound(item) -> int:
+    # At least as many elements as the index item contributes, however torch reads a sequence.
+    if isinstance(item, Tensor):
+        return item.numel()
+    if isinstance(item, (tuple, list)):
+        return max(len(item), 1) * math.prod(_index_bound(part) for part in item)
+    return 1
+
+
+def _check_index(x: Tensor, index) -> None:
+    """Refuse advanced indexing (tensor, sequence or bool indices) whose result would be too large."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(_is_advanced(item) for item in items):
+        return  # basic indexing: a view
+    bound = x.numel() * math.prod(_index_bound(item) for item in items)
+    if 0 < bound <= _room():
+        return
+    try:
+        count = _index_count(x, index)
+    except Exception:  # an index torch would refuse too; its loose bound is still an upper bound
+        count = bound
+    _check_count(count)
+
+
+def _index_count(x: Tensor, index) -> int:
+    """The number of elements ``x[index]`` creates, from shapes (and the count of True in masks)."""
+    if isinstance(index, tuple):
+        return _items_count(x, index)
+    if not isinstance(index, list):
+        return _items_count(x, (index,))
+    # torch reads a short list holding tensors, sequences, slices, None or ... as a tuple of
+    # indices (deprecated, and due to change) and any other list as one tensor: size both.
+    readings = [(index,)]
+    if len(index) < 32 and any(
+        isinstance(i, (Tensor, list, tuple, slice)) or i is None or i is Ellipsis for i in index
+    ):
+        readings.append(tuple(index))
+    counts = []
+    for items in readings:
+        try:
+            counts.append(_items_count(x, items))
+        except Exception:
+            if len(readings) == 1 or items is readings[-1] and not counts:
+                raise
+    return max(counts)
+
+
+def _items_count(x: Tensor, items: tuple) -> int:
+    # Elements of x[items]: the sizes of the dimensions kept (sliced) times the broadcast shape of
+    # the advanced indices (a k-dim mask consumes k dimensions and gives one of its count of True).
+    plan = []  # (dimensions consumed, slice or None)
+    advanced = []
+    ellipsis = 0
+    for item in items:
+        if isinstance(item, (tuple, list)):
+            item = torch.tensor(item)  # as torch does with a sequence inside an index
+        if item is Ellipsis:
+            ellipsis += 1
+            plan.append((None, None))
+        elif item is None:
+            pass
+        elif isinstance(item, bool):
+            advanced.append((1,) if item else (0,))
+        elif isinstance(item, slice):
+            plan.append((1, item))
+        elif isinstance(item, Tensor):
+            if item.dtype in (torch.bool, torch.uint8):
+                if item.dim() == 0:
+                    advanced.append((1,) if item.item() else (0,))
+                else:
+                    plan.append((item.dim(), None))
+                    advanced.append((int(item.count_nonzero()),))
+            elif item.is_floating_point() or item.is_complex():
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+            else:
+                plan.append((1, None))
+                advanced.append(tuple(item.shape))
+        else:
+            operator.index(item)  # an int: selects one position of a dimension
+            plan.append((1, None))
+    if ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    shape = x.shape
+    consumed = sum(dims for dims, _ in plan if dims is not None)
+    if consumed > len(shape):
+        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+    count = 1
+    position = 0
+    for dims, part in plan:
+        if dims is None:  # the ellipsis keeps the dimensions nothing else consumes
+            dims = len(shape) - consumed
+            count *= math.prod(shape[position : position + dims])
+        elif part is not None:
+            count *= len(range(*part.indices(shape[position])))
+        position += dims
+    count *= math.prod(shape[position:])
+    return count * math.prod(_broadcast_shapes(*advanced))
 
 
 def _power(base, exponent):

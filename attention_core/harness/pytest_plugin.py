@@ -27,19 +27,47 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "case: a check of a case file (cases/*.yaml) on one device")
+    folder = _cases_folder(config)
+    if not folder.is_dir():
+        raise pytest.UsageError(f"--cases {folder}: no such folder")
+    if not _own_cases(config):
+        if config.getoption("update_snapshots", False):
+            raise pytest.UsageError(f"--snapshot-update with --cases {folder}: snapshots belong to the project's "
+                                    f"own cases/ ({config.rootpath / 'cases'}); refusing to rewrite them")
+        config.option.disable_unused_snapshots = True
     # Snapshot names come from the case file, case and check, never from the test function
     # (see harness/snapshot.py); syrupy warns on every write that it cannot relate them.
     config.addinivalue_line("filterwarnings", r"ignore:\s*Can not relate snapshot name:UserWarning")
 
 
+_ITEMS = pytest.StashKey[list]()
+
+
+def _cases_folder(config):
+    return Path(config.getoption("--cases") or runner.default_cases_folder())
+
+
+def _own_cases(config):
+    """Whether the cases are the project's own (``<rootdir>/cases``), whose snapshots live in tests/."""
+    return _cases_folder(config).resolve() == (config.rootpath / "cases").resolve()
+
+
 def case_items(config):
     """The session's check items, loaded once."""
-    items = getattr(config, "_attention_case_items", None)
-    if items is None:
-        folder = config.getoption("--cases") or runner.default_cases_folder()
-        items = runner.collect(Path(folder))
-        config._attention_case_items = items
-    return items
+    if _ITEMS not in config.stash:
+        config.stash[_ITEMS] = runner.collect(_cases_folder(config))
+    return config.stash[_ITEMS]
+
+
+@pytest.fixture
+def case_snapshots(request):
+    """Whether a passing check is compared with its snapshot.
+
+    Snapshots belong to the project's own cases. Checks of another folder (``--cases DIR``)
+    are checked against their documents only, and syrupy is told not to treat the project's
+    snapshots as unused.
+    """
+    return _own_cases(request.config)
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -46,7 +46,10 @@ class CheckItem:
     def location(self):
         """``path:line`` of the check (or of the error)."""
         line = self.error.line if self.error is not None else self.check.line
-        return f"{self.file.path}:{line}"
+        path = self.file.path
+        if path.is_absolute() and path.is_relative_to(Path.cwd()):
+            path = path.relative_to(Path.cwd())
+        return f"{path}:{line}"
 
 
 @dataclass
