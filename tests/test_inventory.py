@@ -74,8 +74,14 @@ def test_a_check_in_no_row_is_reported(copy):
 def test_the_inventory_command_prints_the_table_or_the_problems(copy):
     out = io.StringIO()
     assert cli.inventory_command(CASES, out=out) == 0
-    assert out.getvalue().startswith("| document | printed values | encoded | not encodable |")
+    assert out.getvalue().startswith("| document | printed values | encoded | inputs | not encodable |")
     _edit(copy / "inventory" / "001_self_attention.csv", "encoded,four_by_four/input:out,", "done,,")
     out = io.StringIO()
     assert cli.inventory_command(copy, out=out) == 1
-    assert "status 'done' must be one of encoded, not encodable" in out.getvalue()
+    assert "status 'done' must be one of encoded, input, not encodable" in out.getvalue()
+
+
+def test_an_input_row_must_name_a_printed_input(copy):
+    _edit(copy / "inventory" / "003_attention_math_trick.csv", "input,bag_of_words:x0,", "input,bag_of_words:x1,")
+    assert "inventory/003_attention_math_trick.csv:3: x[0]: bag_of_words:x1 names no printed input (case:input)" \
+           in _problems(copy)

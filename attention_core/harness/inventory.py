@@ -1,17 +1,22 @@
 """The corpus inventory: one row per tensor or number a document printed, and what became of it.
 
 ``cases/inventory/<case file>.csv`` has the columns ``cell, variable, status, checks, reason``.
-``status`` is ``encoded`` (``checks`` lists ``case/check:target`` references, separated by
-``;``) or ``not encodable`` (``reason`` says why). The inventory and the case files must agree:
-every reference names an expectation that exists, and every expectation of a document's case
-file is named by some row.
+``status`` is one of:
+
+* ``encoded``: ``checks`` lists ``case/check:target`` references, separated by ``;``;
+* ``input``: the printed value is a case's input (it cannot be reproduced, so what the document
+  shows is what the case computes from); ``checks`` names it as ``case:input``;
+* ``not encodable``: ``reason`` says why.
+
+The inventory and the case files must agree: every reference names an expectation (or a
+printed input) that exists, and every expectation of a document's case file is named by some row.
 """
 
 import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-STATUSES = ("encoded", "not encodable")
+STATUSES = ("encoded", "input", "not encodable")
 COLUMNS = ["cell", "variable", "status", "checks", "reason"]
 
 
@@ -61,15 +66,16 @@ def problems(rows, case_files):
             continue
         targets = {f"{case.id}/{check.id}:{e.target}" for case in case_file.cases for check in case.checks
                    for e in check.expectations}
+        inputs = {f"{case.id}:{i.name}" for case in case_file.cases for i in case.inputs if i.kind == "printed"}
         cited = set()
         for row in document_rows:
-            found += [f"{where}:{row.line}: {m}" for m in _row_problems(row, targets)]
+            found += [f"{where}:{row.line}: {m}" for m in _row_problems(row, targets, inputs)]
             cited.update(row.refs)
         found += [f"cases/{document}.yaml: expectation {t} is in no inventory row" for t in sorted(targets - cited)]
     return found
 
 
-def _row_problems(row, targets):
+def _row_problems(row, targets, inputs):
     if row.status not in STATUSES:
         return [f"status {row.status!r} must be one of {', '.join(STATUSES)}"]
     if not row.cell or not row.variable:
@@ -77,7 +83,9 @@ def _row_problems(row, targets):
     if row.status == "not encodable":
         return [] if row.reason and not row.refs else ["a row that is not encodable gives a reason and no checks"]
     if not row.refs:
-        return [f"{row.variable}: marked encoded but names no check"]
+        return [f"{row.variable}: marked {row.status} but names no {'check' if row.status == 'encoded' else 'input'}"]
+    if row.status == "input":
+        return [f"{row.variable}: {ref} names no printed input (case:input)" for ref in row.refs if ref not in inputs]
     return [f"{row.variable}: {ref} names no check expectation (case/check:target)" for ref in row.refs
             if ref not in targets]
 
@@ -85,12 +93,12 @@ def _row_problems(row, targets):
 def corpus_table(rows, case_files):
     """The README's corpus table, in Markdown."""
     titles = {f.name: f.document.title if f.document else "" for f in case_files}
-    lines = ["| document | printed values | encoded | not encodable |", "|---|---:|---:|---:|"]
+    lines = ["| document | printed values | encoded | inputs | not encodable |", "|---|---:|---:|---:|---:|"]
     reasons = []
     for document, document_rows in rows.items():
-        encoded = sum(r.status == "encoded" for r in document_rows)
-        lines.append(f"| {document} ({titles.get(document, '')}) | {len(document_rows)} | {encoded} "
-                     f"| {len(document_rows) - encoded} |")
+        count = {status: sum(r.status == status for r in document_rows) for status in STATUSES}
+        lines.append(f"| {document} ({titles.get(document, '')}) | {len(document_rows)} | {count['encoded']} "
+                     f"| {count['input']} | {count['not encodable']} |")
         reasons += [f"- {document} {r.cell} `{r.variable}`: {r.reason}" for r in document_rows
                     if r.status == "not encodable"]
     if reasons:
