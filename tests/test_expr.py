@@ -7,6 +7,7 @@ import types
 import pytest
 import torch
 
+from attention_core.harness import expr as expr_module
 from attention_core.harness.expr import BUILTINS, CONSTANTS, Expr, ExprError, parse
 
 torch.manual_seed(0)
@@ -813,6 +814,26 @@ def test_creation_over_the_limit_is_refused_before_allocating(monkeypatch):
         "maximum(ones(2**13, 1), ones(1, 2**13 + 1))",
         "ones(2**13, 1).masked_fill(ones(1, 2**13 + 1) > 0, 0)",
         "ones(2**13, 0) @ ones(0, 2**13 + 1)",
+        # advanced indexing, sized before indexing (expand makes views: nothing allocated)
+        "ones(1, 2**13)[zeros(2**13 + 1, dtype=int64)]",
+        "ones(2, 2)[zeros(2**13, 1, dtype=int64), zeros(1, 2**13 + 1, dtype=int64)]",
+        "ones(1, 1).expand(1, 2**26)[[0, 0]]",
+        # methods and builtins that broadcast against a second tensor
+        "ones(2**13, 1).max(ones(1, 2**13 + 1))",
+        "ones(2**13, 1).min(other=ones(1, 2**13 + 1))",
+        "ones(2**13, 1).eq(other=ones(1, 2**13 + 1))",
+        "ones(2**13, 1).isclose(ones(1, 2**13 + 1))",
+        "ones(2**13, 1).allclose(ones(1, 2**13 + 1))",
+        "ones(2**13, 1).masked_fill(mask=ones(1, 2**13 + 1) > 0, value=0)",
+        "ones(2**13, 1).matmul(other=ones(1, 2**13 + 1))",
+        "where(ones(2**9, 1, 1) > 0, ones(1, 2**9, 1), ones(1, 1, 2**9))",
+        "maximum(ones(2**20, 1), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "
+        "0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "
+        "0, 0, 0, 0, 0, 0, 0, 0, 0, 0])",
+        "scaled_dot_product_attention(ones(2**13, 1, 1), ones(1, 1, 1), ones(1, 1, 2**13 + 1))",
+        # cat and stack: the inputs' elements together
+        "cat([ones(1, 1).expand(2**13, 2**13), ones(1, 2**13)])",
+        "stack([ones(1, 1).expand(2**13, 2**13)] + [ones(1, 1).expand(2**13, 2**13)])",
     ],
 )
 def test_resource_limits(source):
@@ -836,6 +857,324 @@ def test_integer_power_limits():
     err = failure("(10 ** 64) ** 64", {})
     assert err.message == "`(10 ** 64) ** 64` refused: integer power would exceed 4096 bits"
     failure("10 ** 10 ** 10", {})
+
+
+# ------------------------------------------------------------------ limits that guards size
+
+
+@pytest.fixture
+def small_limit(monkeypatch):
+    """MAX_ELEMENTS = 10_000, so that refusals are tested with small, fast inputs."""
+    monkeypatch.setattr(expr_module, "MAX_ELEMENTS", 10_000)
+
+
+def refused_without_calling(owner, name, source, scope):
+    """The ExprError for ``source``, asserting that ``owner.name`` (the allocation) never ran."""
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError(f"{name} ran")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(owner, name, no_allocation)
+        return failure(source, scope)
+
+
+LONG = torch.int64
+
+
+@pytest.mark.parametrize(
+    "source, scope, count",
+    [
+        ("x[i]", {"x": torch.ones(1, 1000), "i": torch.zeros(1000, dtype=LONG)}, 1000 * 1000),
+        ("x[i, j]", {"x": torch.ones(10, 10), "i": torch.zeros(1000, 1, dtype=LONG),
+                     "j": torch.zeros(1, 1000, dtype=LONG)}, 1000 * 1000),
+        ("x[:, i]", {"x": torch.ones(1000, 1), "i": torch.zeros(1000, dtype=LONG)}, 1000 * 1000),
+        ("x[(i, i)]", {"x": torch.ones(10, 10), "i": torch.zeros(1000, 100, dtype=LONG)}, 100_000),
+        ("x[[i, i]]", {"x": torch.ones(10, 10), "i": torch.zeros(1000, 100, dtype=LONG)}, 100_000),
+        # a mask with one True broadcasts against an index of 10**5
+        ("x[m, j]", {"x": torch.ones(10, 10), "m": torch.arange(10) == 3,
+                     "j": torch.zeros(100_000, dtype=LONG)}, 100_000),
+        ("x[[0, 0, 0]]", {"x": torch.ones(1, 5000)}, 15_000),
+        ("x[True, i]", {"x": torch.ones(1, 1000), "i": torch.zeros(1000, dtype=LONG)}, 1000 * 1000),
+    ],
+)
+def test_advanced_indexing_is_sized_before_indexing(small_limit, source, scope, count):
+    err = refused_without_calling(torch.Tensor, "__getitem__", source, scope)
+    assert err.message == f"`{source}` refused: would create {count} elements; the limit is 10000"
+
+
+X34 = torch.arange(12).reshape(3, 4)
+X234 = torch.arange(24).reshape(2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    "x, index",
+    [
+        (X34, torch.tensor([0, 2, 2, 1])),
+        (X34, torch.tensor([[0, 1], [2, 2]])),
+        (X34, (torch.tensor([0, 2]), torch.tensor([1, 3]))),
+        (X34, (torch.tensor([[0], [2]]), torch.tensor([1, 3, 0]))),
+        (X34, (slice(None), torch.tensor([1, 3, 0]))),
+        (X34, (slice(1, None), torch.tensor([[1], [3]]))),
+        (X34, (slice(None, None, 2), torch.tensor([1, 1, 1]))),
+        (X34, (Ellipsis, torch.tensor([1, 3]))),
+        (X34, (None, torch.tensor([1, 2]), None)),
+        (X34, (torch.tensor(1), torch.tensor([0, 1, 1]))),
+        (X34, (1, torch.tensor([0, 1, 1]))),
+        (X34, X34 > 4),
+        (X34, X34 > 100),
+        (X34, (X34[:, 0] > 0, torch.tensor([3]))),
+        (X34, (torch.tensor([True, False, True]), slice(None))),
+        (X34, True),
+        (X34, False),
+        (X34, (True, torch.tensor([0, 0]))),
+        (X34, torch.tensor(True)),
+        (X34, [0, 2, 2]),
+        (X34, [True, False, True]),
+        (X34, ([0, 1], [1, 2])),
+        (X34, [torch.tensor([0, 1]), torch.tensor([1, 2])]),
+        (X234, (Ellipsis, torch.tensor([[0, 1, 3]]))),
+        (X234, (torch.tensor([1, 0]), slice(None), torch.tensor([2, 3]))),
+        (X234, (slice(None), X234[0] > 5)),
+        (X234, (torch.tensor([0, 1, 1]), None, torch.tensor([[2], [0]]))),
+        (X234, (0, Ellipsis, torch.tensor([1]), None)),
+        (torch.ones(0, 3), torch.tensor([1, 2])[:0]),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence for multidimensional indexing")
+def test_advanced_indexing_is_sized_exactly(monkeypatch, x, index):
+    """With the limit just below the result, the refusal names its exact size; at it, it runs."""
+    expected = x[index]
+    scope = {"x": x, "index": index}
+    if expected.numel() > 0:
+        monkeypatch.setattr(expr_module, "MAX_ELEMENTS", expected.numel() - 1)
+        if x.numel() * max(1, expected.numel()) > expected.numel() - 1:  # not the quick bound
+            err = failure("x[index]", scope)
+            assert err.message == (
+                f"`x[index]` refused: would create {expected.numel()} elements; "
+                f"the limit is {expected.numel() - 1}"
+            )
+    monkeypatch.setattr(expr_module, "MAX_ELEMENTS", max(1, expected.numel()))
+    assert_same(ev("x[index]", scope), expected)
+
+
+def test_large_tensors_index_within_the_limit(small_limit):
+    x = torch.zeros(200, 200)  # 40_000 elements, from the caller
+    x[0, :5] = 1
+    scope = {"x": x, "m": x > 0, "i": torch.tensor([0, 1])}
+    assert ev("x[m]", scope).shape == (5,)  # a mask's result is its count of True
+    assert ev("x[i]", scope).shape == (2, 200)  # 400 elements, though x.numel() * 2 is over
+    assert ev("x[0]", scope).shape == (200,)  # basic indexing makes views
+    assert ev("x[:, 1:3]", scope).shape == (200, 2)
+    assert ev("x[None, ..., 0]", scope).shape == (1, 200)
+    with pytest.warns(UserWarning):  # torch reads this list as a tuple of indices (deprecated)
+        assert ev("x[[[0, 1], [1, 2]]]", scope).shape == (2,)
+
+
+@pytest.mark.parametrize(
+    "source, owner, name",
+    [
+        ("x.max(y)", torch.Tensor, "max"),
+        ("x.min(y)", torch.Tensor, "min"),
+        ("x.max(other=y)", torch.Tensor, "max"),
+        ("x.eq(other=y)", torch.Tensor, "eq"),
+        ("x.ne(y)", torch.Tensor, "ne"),
+        ("x.lt(y)", torch.Tensor, "lt"),
+        ("x.le(y)", torch.Tensor, "le"),
+        ("x.gt(y)", torch.Tensor, "gt"),
+        ("x.ge(y)", torch.Tensor, "ge"),
+        ("x.isclose(y)", torch.Tensor, "isclose"),
+        ("x.allclose(other=y)", torch.Tensor, "allclose"),
+        ("x.masked_fill(y > 0, 0.0)", torch.Tensor, "masked_fill"),
+        ("x.masked_fill(mask=y > 0, value=0.0)", torch.Tensor, "masked_fill"),
+        ("x.matmul(other=y)", torch.Tensor, "matmul"),
+        ("x @ y", torch.Tensor, "__matmul__"),
+        ("x * y", torch.Tensor, "__mul__"),
+        ("x <= y", torch.Tensor, "__le__"),
+        ("masked_fill(x, y > 0, 0.0)", torch, "masked_fill"),
+        ("matmul(x, y)", torch, "matmul"),
+        ("maximum(x, y)", torch, "maximum"),
+        ("minimum(x, y)", torch, "minimum"),
+        ("where(x > 0, x, y)", torch, "where"),
+    ],
+)
+def test_second_tensor_broadcasts_are_sized(small_limit, source, owner, name):
+    scope = {"x": torch.ones(1000, 1), "y": torch.ones(1, 1000)}
+    err = refused_without_calling(owner, name, source, scope)
+    assert err.message == f"`{source}` refused: would create 1000000 elements; the limit is 10000"
+
+
+def test_every_method_taking_a_second_tensor_is_guarded():
+    from attention_core.harness.expr import _METHOD_GUARDS
+
+    binary = {
+        "max", "min", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "allclose", "masked_fill", "matmul",
+    }
+    assert binary <= set(_METHOD_GUARDS)
+
+
+def test_three_way_and_list_broadcasts_are_sized(small_limit):
+    # Each pair is 100 x 100, within the limit; all three broadcast to 100 x 100 x 100.
+    scope = {
+        "c": torch.ones(100, 1, 1, dtype=torch.bool), "x": torch.ones(1, 100, 1), "y": torch.ones(1, 1, 100)
+    }
+    err = refused_without_calling(torch, "where", "where(c, x, y)", scope)
+    assert err.message == "`where(c, x, y)` refused: would create 1000000 elements; the limit is 10000"
+    # A list operand of maximum becomes a tensor: 1000 x 20.
+    source = "maximum(x, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])"
+    err = refused_without_calling(torch, "maximum", source, {"x": torch.ones(1000, 1)})
+    assert err.message == f"`{source}` refused: would create 20000 elements; the limit is 10000"
+
+
+def test_attention_output_is_sized(small_limit):
+    # The weights are 1000 x 1 x 1 (within the limit); the output is 1000 x 1 x 1000.
+    scope = {"q": torch.ones(1000, 1, 4), "k": torch.ones(1, 1, 4), "v": torch.ones(1, 1, 1000)}
+    source = "scaled_dot_product_attention(q, k, v)"
+    err = refused_without_calling(torch.nn.functional, "scaled_dot_product_attention", source, scope)
+    assert err.message == f"`{source}` refused: would create 1000000 elements; the limit is 10000"
+    # A mask that broadcasts the weights: 1 x 1000 x 1000.
+    scope = {"q": torch.ones(1, 1000, 4), "k": torch.ones(1, 1000, 4), "v": torch.ones(1, 1000, 1),
+             "m": torch.zeros(1000, 1)}
+    source = "scaled_dot_product_attention(q, k, v, attn_mask=m)"
+    err = refused_without_calling(torch.nn.functional, "scaled_dot_product_attention", source, scope)
+    assert err.message == f"`{source}` refused: would create 1000000 elements; the limit is 10000"
+
+
+@pytest.mark.parametrize(
+    "source, name, count",
+    [
+        ("cat([x, x])", "cat", 20_000),
+        ("cat((x, x), dim=1)", "cat", 20_000),
+        ("cat([x] + [x] + [x])", "cat", 30_000),
+        ("stack([x, x])", "stack", 20_000),
+        ("stack((x,) + (x,), 1)", "stack", 20_000),
+        ("stack(tensors=[x, x])", "stack", 20_000),
+    ],
+)
+def test_cat_and_stack_are_sized(small_limit, source, name, count):
+    err = refused_without_calling(torch, name, source, {"x": torch.ones(100, 100)})
+    assert err.message == f"`{source}` refused: would create {count} elements; the limit is 10000"
+
+
+def test_sequence_length_limit(monkeypatch):
+    long = [0] * 2**16
+    assert len(ev("l + []", {"l": long})) == 2**16
+    err = failure("l + [1]", {"l": long})
+    assert err.message == "`l + [1]` refused: would create a sequence of 65537 items; the limit is 65536"
+    monkeypatch.setattr(expr_module, "MAX_SEQUENCE", 4)
+    assert ev("(1, 2) + (3, 4)", {}) == (1, 2, 3, 4)
+    err = failure("[1, 2] + [3, 4] + [5]", {})
+    assert err.message == (
+        "`[1, 2] + [3, 4] + [5]` refused: would create a sequence of 5 items; the limit is 4"
+    )
+    assert err.column == 1
+    err = failure("[0] * t", {"t": torch.tensor([10**9])})  # no repetition by a tensor either
+    assert err.message == "`[0] * t` failed: only `+` is allowed on tuples and lists"
+
+
+# ------------------------------------------------------------------ the evaluation's budget
+
+
+@pytest.fixture
+def small_budget(monkeypatch):
+    """MAX_ELEMENTS = 10_000 and MAX_TOTAL_ELEMENTS = 40_000."""
+    monkeypatch.setattr(expr_module, "MAX_ELEMENTS", 10_000)
+    monkeypatch.setattr(expr_module, "MAX_TOTAL_ELEMENTS", 40_000)
+
+
+def test_budget_default():
+    assert expr_module.MAX_TOTAL_ELEMENTS == 4 * expr_module.MAX_ELEMENTS == 2**28
+
+
+def test_budget_refuses_chains_of_allowed_operations(small_budget):
+    # 10_000 each: three ones and a sum make 40_000, and the second sum would pass the budget.
+    source = "ones(100, 100) + ones(100, 100) + ones(100, 100)"
+    err = failure(source, {})
+    assert err.message == (
+        f"`{source}` refused: would create 10000 more elements, 50000 in this evaluation; "
+        "the budget is 40000"
+    )
+    assert err.column == 1
+    assert_same(ev("ones(100, 100) + ones(100, 100) + 1", {}), torch.full((100, 100), 3.0))
+    assert_same(ev("(ones(100, 100) + ones(100, 100)).sum()", {}), torch.tensor(20000.0))
+
+
+def test_budget_refuses_before_allocating(monkeypatch, small_budget):
+    calls = []
+    exp = torch.Tensor.exp
+
+    def counted_exp(self, *args, **kwargs):
+        calls.append(self.numel())
+        return exp(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "exp", counted_exp)
+    source = "x.exp().exp().exp().exp().exp()"
+    err = failure(source, {"x": torch.zeros(100, 100)})  # the caller's x costs nothing
+    assert err.message == (
+        f"`{source}` refused: would create 10000 more elements, 50000 in this evaluation; "
+        "the budget is 40000"
+    )
+    assert calls == [10_000] * 4
+
+
+def test_budget_covers_builtins_methods_operators_and_indexing(small_budget):
+    scope = {"x": torch.zeros(100, 100), "i": torch.zeros(100, dtype=LONG)}
+    for source in [
+        "exp(exp(exp(exp(exp(x)))))",
+        "-(-(-(-(-x))))",
+        "x[i][i][i][i][i]",
+        "x.float().double().float().double().float().double()",  # x.float() is x itself
+        "tril(x).sum(0) + tril(x) + tril(x) + tril(x)",
+        "cat([x[:50], x[50:]]) * stack([x[:50], x[50:]]).reshape(100, 100) + x + x",
+    ]:
+        assert "the budget is 40000" in failure(source, scope).message, source
+
+
+def test_budget_charges_nothing_for_views_and_the_scope(small_budget):
+    scope = {"x": torch.zeros(100, 100), "w": torch.zeros(1000, 1000)}  # w alone is 10**6
+    views = "x.T.mT.T.transpose(0, 1).permute(1, 0).reshape(10000).view(100, 100)[0][1:3]"
+    assert ev(views, scope).shape == (2,)
+    assert ev("w.T.unsqueeze(0).squeeze(0).detach().shape", scope) == (1000, 1000)
+    assert ev("x.contiguous().float().to(float32).shape", scope) == (100, 100)  # each is x itself
+    expr = parse("x + x + x")  # 20_000 per evaluation: the budget starts afresh
+    for _ in range(5):
+        expr.evaluate(scope)
+
+
+def test_budget_of_an_evaluation_inside_a_function(small_budget):
+    inner = parse("ones(100, 100) + ones(100, 100)")  # 30_000, counted apart
+
+    def f():
+        return inner.evaluate({}).sum()
+
+    # The outer evaluation spends 30_001 before calling f: 60_000 and more if the two were shared.
+    outer = parse("(ones(100, 100) + ones(100, 100)).sum() + f()", extra_functions=("f",))
+    assert_same(outer.evaluate({}, functions={"f": f}), torch.tensor(40000.0))
+    assert expr_module._METER.evaluation is None  # nothing left over after evaluating
+    source = "(ones(100, 100) + ones(100, 100)).sum() + f() + ones(100, 100)"
+    err = failure(source, {}, extra_functions=("f",), functions={"f": f})
+    assert err.message == (
+        "`ones(100, 100)` refused: would create 10000 more elements, 40003 in this evaluation; "
+        "the budget is 40000"
+    )
+    assert err.column == source.rindex("ones") + 1
+    assert expr_module._METER.evaluation is None
+
+
+def test_guards_do_not_call_torch_broadcast_shapes(monkeypatch):
+    # Its first call imports for a third of a second; the guards size shapes in plain Python.
+    def no_broadcast_shapes(*shapes):
+        raise AssertionError("torch.broadcast_shapes was called")
+
+    monkeypatch.setattr(torch, "broadcast_shapes", no_broadcast_shapes)
+    monkeypatch.setattr(expr_module, "MAX_ELEMENTS", 16)
+    # Each quick bound (the product of the operands' sizes) is over 16: the shapes are sized.
+    scope = {"x": torch.ones(4, 4), "y": torch.ones(1, 4), "i": torch.zeros(2, 1, dtype=LONG)}
+    for source in ["x * y", "x.max(y)", "where(x > 0, x, y)", "x @ y.T", "x[i, i.T]",
+                   "scaled_dot_product_attention(x, x, x, attn_mask=y)"]:
+        ev(source, scope)
+    for source in ["x * x.reshape(16, 1, 1)", "x[zeros(8, 1, dtype=int64), zeros(1, 8, dtype=int64)]"]:
+        assert "refused: would create" in failure(source, scope).message
 
 
 # ------------------------------------------------------------------ ExprError

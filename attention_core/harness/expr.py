@@ -79,9 +79,12 @@ class _Refusal(ExprError):
 
 
 class _Meter(threading.local):
-    """Elements created so far by this thread's evaluation; None outside :meth:`Expr.evaluate`."""
+    """This thread's evaluation (its ``spent`` counts the elements created), for the guards.
 
-    spent: int | None = None
+    None outside :meth:`Expr.evaluate`. Views and the scope's own tensors cost nothing.
+    """
+
+    evaluation: _Context | None = None
 
 
 _METER = _Meter()
@@ -96,30 +99,31 @@ def _check_count(count: int) -> None:
 
 def _reserve(count: int) -> None:
     # Refuse an operation that would take this evaluation past its budget of elements.
-    spent = _METER.spent
-    if spent is not None and spent + count > MAX_TOTAL_ELEMENTS:
+    evaluation = _METER.evaluation
+    if evaluation is not None and evaluation.spent + count > MAX_TOTAL_ELEMENTS:
         raise _Refusal(
-            f"would create {count} more elements, {spent + count} in this evaluation; "
+            f"would create {count} more elements, {evaluation.spent + count} in this evaluation; "
             f"the budget is {MAX_TOTAL_ELEMENTS}"
         )
 
 
-def _room() -> int:
-    # The most elements the next operation may create: the limit, or what is left of the budget.
-    spent = _METER.spent
-    if spent is None:
-        return MAX_ELEMENTS
-    return min(MAX_ELEMENTS, MAX_TOTAL_ELEMENTS - spent)
+def _fits(bound: int) -> bool:
+    # True if an operation creating at most ``bound`` (> 0) elements is within the limit and the
+    # budget: the guards' fast path, which then need not size the result exactly.
+    if 0 < bound <= MAX_ELEMENTS:
+        evaluation = _METER.evaluation
+        return evaluation is None or evaluation.spent + bound <= MAX_TOTAL_ELEMENTS
+    return False
 
 
-def _account(result, operand=None) -> None:
+def _account(ctx: _Context, result, operand=None) -> None:
     # Charge a result to the evaluation's budget: not a view, and not an operand handed back.
     if isinstance(result, Tensor):
         if result is not operand and not result._is_view():
-            _METER.spent += result.numel()
+            ctx.spent += result.numel()
     elif type(result) in _RESULT_TYPES:  # x.max(dim): values and indices
         for part in result:
-            _account(part)
+            _account(ctx, part)
 
 
 # --------------------------------------------------------------------------- constants
@@ -167,21 +171,27 @@ def _broadcast_shapes(*shapes):
     return tuple(result)
 
 
-def _check_broadcast(*operands) -> None:
+def _check_broadcast(a, b, c=None) -> None:
     """Refuse an elementwise operation whose broadcast result would be too large.
 
     Operands that are not tensors count as scalars; with no tensor at all, nothing is created.
     """
-    bound = 1  # a broadcast result never has more elements than the product of the operands'
-    tensors = False
-    for operand in operands:
-        if isinstance(operand, Tensor):
-            bound *= operand.numel()
-            tensors = True
-    if not tensors or 0 < bound <= _room():
+    # A broadcast result never has more elements than the product of the operands'.
+    if c is None:  # the usual case, kept quick
+        if isinstance(a, Tensor):
+            bound = a.numel() * b.numel() if isinstance(b, Tensor) else a.numel()
+        elif isinstance(b, Tensor):
+            bound = b.numel()
+        else:
+            return
+        if 0 < bound <= MAX_ELEMENTS:  # _fits(bound), inline: this runs for every operator
+            evaluation = _METER.evaluation
+            if evaluation is None or evaluation.spent + bound <= MAX_TOTAL_ELEMENTS:
+                return
+    tensors = [x for x in (a, b, c) if isinstance(x, Tensor)]
+    if not tensors or _fits(math.prod(x.numel() for x in tensors)):
         return
-    shapes = [operand.shape for operand in operands if isinstance(operand, Tensor)]
-    _check_count(math.prod(_broadcast_shapes(*shapes)))
+    _check_count(math.prod(_broadcast_shapes(*(x.shape for x in tensors))))
 
 
 def _check_matmul(a, b) -> None:
@@ -189,7 +199,7 @@ def _check_matmul(a, b) -> None:
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         return
     bound = a.numel() * b.numel()  # a product never has more elements than this (k >= 1)
-    if 0 < bound <= _room() or a.dim() == 0 or b.dim() == 0:  # torch refuses 0-dim operands
+    if _fits(bound) or a.dim() == 0 or b.dim() == 0:  # torch refuses 0-dim operands
         return
     batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
     rows = a.shape[-2] if a.dim() > 1 else 1
@@ -203,7 +213,7 @@ def _check_attention(q, k, v, mask) -> None:
         return  # torch refuses these itself
     mask_shape = mask.shape if isinstance(mask, Tensor) else ()
     bound = q.numel() * k.numel() * v.numel() * math.prod(mask_shape)
-    if 0 < bound <= _room():
+    if _fits(bound):
         return
     batch = _broadcast_shapes(q.shape[:-2], k.shape[:-2])
     _check_count(math.prod(_broadcast_shapes((*batch, q.shape[-2], k.shape[-2]), mask_shape)))
@@ -225,10 +235,9 @@ def _check_sequences(left, right) -> None:
             raise _Refusal(f"would create a sequence of {length} items; the limit is {MAX_SEQUENCE}")
 
 
-def _is_advanced(item) -> bool:
-    # An index item that makes x[...] copy rather than view: a tensor, a sequence or a bool.
-    # (A 0-dim integer tensor selects, like an int; sizing it as advanced gives the same count.)
-    return isinstance(item, (Tensor, list, tuple, bool))
+# Index items that make x[...] copy rather than view: tensors, sequences and bools. (A 0-dim
+# integer tensor selects, like an int; sizing it as an advanced index gives the same count.)
+_ADVANCED = (Tensor, list, tuple, bool)
 
 
 def _index_bound(item) -> int:
@@ -243,10 +252,13 @@ def _index_bound(item) -> int:
 def _check_index(x: Tensor, index) -> None:
     """Refuse advanced indexing (tensor, sequence or bool indices) whose result would be too large."""
     items = index if isinstance(index, tuple) else (index,)
-    if not any(_is_advanced(item) for item in items):
+    for item in items:
+        if isinstance(item, _ADVANCED):
+            break
+    else:
         return  # basic indexing: a view
     bound = x.numel() * math.prod(_index_bound(item) for item in items)
-    if 0 < bound <= _room():
+    if _fits(bound):
         return
     try:
         count = _index_count(x, index)
@@ -272,9 +284,10 @@ def _index_count(x: Tensor, index) -> int:
     for items in readings:
         try:
             counts.append(_items_count(x, items))
-        except Exception:
-            if len(readings) == 1 or items is readings[-1] and not counts:
-                raise
+        except Exception as exc:
+            error = exc
+    if not counts:
+        raise error
     return max(counts)
 
 
@@ -412,8 +425,22 @@ def arange(*args, dtype=None, device=None, default_dtype=None):
     return torch.arange(*args, dtype=dtype, device=device)
 
 
+def _data_count(data) -> int:
+    # Elements torch.tensor(data) creates (nested sequences are read along their first items).
+    if isinstance(data, Tensor):
+        return data.numel()
+    count = 1
+    while isinstance(data, (tuple, list)):
+        count *= len(data)
+        if not data:
+            break
+        data = data[0]
+    return count
+
+
 def tensor(data, dtype=None, device=None, default_dtype=None):
     """``torch.tensor``: ints stay int64, bools stay bool, floats take the evaluation dtype."""
+    _check_count(_data_count(data))
     if dtype is None and _contains_float(data):
         dtype = _floating(None, default_dtype)
     if isinstance(data, Tensor):
@@ -469,9 +496,7 @@ def softmax(x, dim=-1):
 
 def where(condition, x, y):
     """``torch.where(condition, x, y)``: ``x`` where ``condition`` is True, else ``y``."""
-    _check_broadcast(condition, x)
-    _check_broadcast(condition, y)
-    _check_broadcast(x, y)
+    _check_broadcast(condition, x, y)
     return torch.where(condition, x, y)
 
 
@@ -488,27 +513,41 @@ def maximum(a, b):
     """Elementwise maximum; numbers are allowed on either side."""
     if not (isinstance(a, Tensor) or isinstance(b, Tensor)):
         return max(a, b)
+    a, b = _as_tensor_pair(a, b)  # a list becomes a tensor: size it as one
     _check_broadcast(a, b)
-    return torch.maximum(*_as_tensor_pair(a, b))
+    return torch.maximum(a, b)
 
 
 def minimum(a, b):
     """Elementwise minimum; numbers are allowed on either side."""
     if not (isinstance(a, Tensor) or isinstance(b, Tensor)):
         return min(a, b)
+    a, b = _as_tensor_pair(a, b)  # a list becomes a tensor: size it as one
     _check_broadcast(a, b)
-    return torch.minimum(*_as_tensor_pair(a, b))
+    return torch.minimum(a, b)
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
     """torch's own ``F.scaled_dot_product_attention``: an independent route for expected values."""
-    _check_matmul(q, k.transpose(-2, -1))
+    _check_attention(q, k, v, attn_mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
 
 
 def torch_layer_norm(x, eps=1e-5):
     """torch's own ``F.layer_norm`` over the last dimension, without affine parameters."""
     return F.layer_norm(x, (x.shape[-1],), eps=eps)
+
+
+def stack(tensors, *args, **kwargs):
+    """``torch.stack``: equal-shaped tensors along a new dimension (``dim=0`` by default)."""
+    _check_total(tensors)
+    return torch.stack(tensors, *args, **kwargs)
+
+
+def cat(tensors, *args, **kwargs):
+    """``torch.cat``: tensors joined along an existing dimension (``dim=0`` by default)."""
+    _check_total(tensors)
+    return torch.cat(tensors, *args, **kwargs)
 
 
 BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
@@ -531,8 +570,8 @@ BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
         "softmax": softmax,
         "scaled_dot_product_attention": scaled_dot_product_attention,
         "torch_layer_norm": torch_layer_norm,
-        "stack": torch.stack,
-        "cat": torch.cat,
+        "stack": stack,
+        "cat": cat,
         "where": where,
         "maximum": maximum,
         "minimum": minimum,
@@ -543,6 +582,9 @@ BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
 
 # Builtins that receive the evaluation device and dtype.
 _CREATION = frozenset({ones, zeros, full, eye, arange, tensor})
+
+# Builtins that do not size their results themselves: none is larger than their largest tensor.
+_UNSIZED = frozenset({torch.tril, torch.triu, exp, log, sqrt, abs_, softmax, torch_layer_norm})
 
 
 # --------------------------------------------------------------------------- tensor attributes
@@ -588,28 +630,51 @@ def _guard_to(x, args, kwargs):
     only_dtypes = dtypes and all(isinstance(d, torch.dtype) for d in dtypes)
     if not only_dtypes or set(kwargs) - {"dtype", "copy"}:
         raise _Refusal("`to` only converts dtypes, e.g. `x.to(float64)`")
+    _reserve(x.numel())
+
+
+def _other(args, kwargs):
+    # The second operand of a binary method, given by position or by name.
+    if args:
+        return args[0]
+    return kwargs.get("other", kwargs.get("mask"))
 
 
 def _guard_other(x, args, kwargs):
-    # Methods that broadcast x against their first argument.
-    if args:
-        _check_broadcast(x, args[0])
+    # Methods that broadcast x against a second tensor (x.max(dim) and x.min(dim) reduce x).
+    _check_broadcast(x, _other(args, kwargs))
 
 
 def _guard_matmul(x, args, kwargs):
     # x.matmul(other), sized like the @ operator.
-    if args:
-        _check_matmul(x, args[0])
+    _check_matmul(x, _other(args, kwargs))
 
 
+# Every method that takes a second tensor is guarded here; the rest create at most x.numel().
 _METHOD_GUARDS: dict[str, Callable] = {
     "repeat": _guard_repeat,
     "expand": _guard_expand,
     "to": _guard_to,
     "matmul": _guard_matmul,
     **dict.fromkeys(
-        ["masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "allclose"], _guard_other
+        ["masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "allclose", "max", "min"],
+        _guard_other,
     ),
+}
+
+# Methods that return a view of x, or no tensor: they create nothing.
+_VIEW_METHODS = frozenset("transpose permute view unsqueeze squeeze detach size numel dim item".split())
+
+
+def _guard_size(x, args, kwargs):
+    # Methods that create at most x.numel() elements (elementwise, reductions, conversions).
+    _reserve(x.numel())
+
+
+# The check each allowed method runs before it is called; None for those that create nothing.
+_METHOD_CHECKS: dict[str, Callable | None] = {
+    name: _METHOD_GUARDS.get(name, None if name in _VIEW_METHODS else _guard_size)
+    for name in TENSOR_METHODS
 }
 
 
@@ -886,9 +951,9 @@ def parse(source: str, *, extra_functions: Collection[str] = ()) -> Expr:
 
 
 class _Context:
-    """What one evaluation needs: the scope, the functions, the device and dtype."""
+    """What one evaluation needs: the scope, the functions, the device and dtype; and its spending."""
 
-    __slots__ = ("source", "scope", "functions", "device", "dtype")
+    __slots__ = ("source", "scope", "functions", "device", "dtype", "spent")
 
     def __init__(self, source, scope, functions, device, dtype):
         self.source = source
@@ -896,6 +961,7 @@ class _Context:
         self.functions = functions
         self.device = device
         self.dtype = dtype
+        self.spent = 0  # elements created so far, against MAX_TOTAL_ELEMENTS
 
     def error(self, message: str, node: ast.AST) -> ExprError:
         return ExprError(message, _node_column(self.source, node), self.source)
@@ -944,33 +1010,54 @@ def _eval_binop(node: ast.BinOp, ctx: _Context):
     op = _BINOPS[type(node.op)]
     try:
         if isinstance(left, (tuple, list)) or isinstance(right, (tuple, list)):
-            if op is not operator.add:  # no `[0] * 10**9`
+            if op is not operator.add:  # no `[0] * 10**9` (nor `[0] * tensor([10**9])`)
                 raise TypeError("only `+` is allowed on tuples and lists")
-        elif op is operator.matmul:
+            _check_sequences(left, right)
+            return op(left, right)
+        if not (isinstance(left, Tensor) or isinstance(right, Tensor)):
+            return op(left, right)  # numbers
+        if op is operator.matmul:
             _check_matmul(left, right)
         else:
             _check_broadcast(left, right)
-        return op(left, right)
+        result = op(left, right)
     except Exception as exc:
         raise ctx.failure(node, exc) from exc
+    if isinstance(result, Tensor):  # a new tensor (never a view)
+        ctx.spent += result.numel()
+    return result
 
 
 def _eval_unaryop(node: ast.UnaryOp, ctx: _Context):
     operand = _evaluate(node.operand, ctx)
+    op = _UNARYOPS[type(node.op)]
     try:
-        return _UNARYOPS[type(node.op)](operand)
+        if not isinstance(operand, Tensor):
+            return op(operand)  # a number
+        if ctx.spent + operand.numel() > MAX_TOTAL_ELEMENTS:
+            _reserve(operand.numel())  # refuses
+        result = op(operand)
     except Exception as exc:
         raise ctx.failure(node, exc) from exc
+    if isinstance(result, Tensor) and result is not operand:  # `+x` is x; `not x` is a bool
+        ctx.spent += result.numel()
+    return result
 
 
 def _eval_compare(node: ast.Compare, ctx: _Context):
     left = _evaluate(node.left, ctx)
     right = _evaluate(node.comparators[0], ctx)
+    op = _COMPAREOPS[type(node.ops[0])]
     try:
+        if not (isinstance(left, Tensor) or isinstance(right, Tensor)):
+            return op(left, right)  # numbers, shapes
         _check_broadcast(left, right)
-        return _COMPAREOPS[type(node.ops[0])](left, right)
+        result = op(left, right)
     except Exception as exc:
         raise ctx.failure(node, exc) from exc
+    if isinstance(result, Tensor):  # a new tensor
+        ctx.spent += result.numel()
+    return result
 
 
 def _eval_slice(node: ast.Slice, ctx: _Context):
@@ -986,9 +1073,13 @@ def _eval_subscript(node: ast.Subscript, ctx: _Context):
     if not isinstance(value, (Tensor, tuple, list)):  # torch.Size is a tuple
         raise ctx.error(f"`{_segment(ctx.source, node)}` failed: cannot index a {type(value).__name__}", node)
     try:
-        return value[index]
+        if isinstance(value, Tensor):
+            _check_index(value, index)
+        result = value[index]
     except Exception as exc:
         raise ctx.failure(node, exc) from exc
+    _account(ctx, result, value)
+    return result
 
 
 def _eval_attribute(node: ast.Attribute, ctx: _Context):
@@ -1029,7 +1120,9 @@ def _eval_call(node: ast.Call, ctx: _Context):
     supplied = ctx.functions.get(name) if ctx.functions else None
     if supplied is not None:
         args, kwargs = _eval_arguments(node, ctx)
-        return supplied(*args, **kwargs)  # the caller's exceptions pass through unchanged
+        result = supplied(*args, **kwargs)  # the caller's exceptions pass through unchanged
+        _account(ctx, result)
+        return result
     builtin = BUILTINS.get(name)
     if builtin is None:
         raise ctx.error(f"function '{name}' was not supplied", func)
@@ -1038,9 +1131,15 @@ def _eval_call(node: ast.Call, ctx: _Context):
         kwargs["device"] = ctx.device
         kwargs["default_dtype"] = ctx.dtype
     try:
-        return builtin(*args, **kwargs)
+        if builtin in _UNSIZED and args and isinstance(args[0], Tensor):
+            # Their input comes first, and they create no more elements than it has.
+            if ctx.spent + args[0].numel() > MAX_TOTAL_ELEMENTS:
+                _reserve(args[0].numel())  # refuses
+        result = builtin(*args, **kwargs)
     except Exception as exc:
         raise ctx.failure(node, exc) from exc
+    _account(ctx, result, args[0] if args else None)
+    return result
 
 
 def _call_method(node: ast.Call, func: ast.Attribute, ctx: _Context):
@@ -1054,13 +1153,19 @@ def _call_method(node: ast.Call, func: ast.Attribute, ctx: _Context):
             node,
         )
     args, kwargs = _eval_arguments(node, ctx)
-    guard = _METHOD_GUARDS.get(name)
+    check = _METHOD_CHECKS[name]
     try:
-        if guard is not None:
-            guard(receiver, args, kwargs)
-        return getattr(receiver, name)(*args, **kwargs)
+        if check is _guard_size:  # inline: most methods come here
+            if ctx.spent + receiver.numel() > MAX_TOTAL_ELEMENTS:
+                _reserve(receiver.numel())  # refuses
+        elif check is not None:
+            check(receiver, args, kwargs)
+        result = getattr(receiver, name)(*args, **kwargs)
     except Exception as exc:
         raise ctx.failure(node, exc) from exc
+    if check is not None:
+        _account(ctx, result, receiver)
+    return result
 
 
 _EVALUATORS: dict[type, Callable] = {
@@ -1112,5 +1217,10 @@ class Expr:
         failing sub-expression; exceptions from ``functions`` propagate unchanged.
         """
         ctx = _Context(self.source, scope, functions, torch.device(device), dtype)
-        return _evaluate(self.tree.body, ctx)
+        outer = _METER.evaluation  # one inside a caller's function has its own budget
+        _METER.evaluation = ctx
+        try:
+            return _evaluate(self.tree.body, ctx)
+        finally:
+            _METER.evaluation = outer
 
