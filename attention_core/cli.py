@@ -23,8 +23,8 @@ def main(argv=None):
     parser.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
     commands = parser.add_subparsers(dest="command")
     check = commands.add_parser("check", parents=[common], help="run every case on the reference core (the default)")
-    for p, default in ((parser, None), (check, argparse.SUPPRESS)):
-        p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=default,
+    for p, default, dest in ((parser, None, "device"), (check, argparse.SUPPRESS, "check_device")):
+        p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=default, dest=dest,
                        help="device to run on (repeatable; default: cpu, and cuda when available)")
         p.add_argument("-v", "--verbose", action="store_true", default=default or False,
                        help="print every failure in full")
@@ -38,7 +38,8 @@ def main(argv=None):
         parser.error(f"--cases {folder}: no such folder")
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
-    return check_command(folder, args.device or ["cpu", "cuda"], args.verbose)
+    devices = (args.device or []) + getattr(args, "check_device", [])
+    return check_command(folder, devices or ["cpu", "cuda"], args.verbose)
 
 
 README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from attention_core.harness import runner
-from attention_core.harness.cases import load_file
+from attention_core.harness import cases as cases_module
+from attention_core.harness.cases import CaseError, load_file
 
 GOOD = """\
 document: {title: A test document}
@@ -279,3 +280,31 @@ def test_a_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path):
                  + "\n  checks: [{id: c, expr: l8, expect: {out: [1.0]}}]\n")
     err = _error(tmp_path, text)
     assert "a literal of 10000000 elements; the limit is 1048576" in err.message
+
+
+def test_an_unreadable_file_or_a_folder_named_yaml_fails_alone(tmp_path):
+    _write(tmp_path, GOOD, "a_good.yaml")
+    (tmp_path / "b_bytes.yaml").write_bytes(b"document: {title: \xff\xfe}\n")
+    (tmp_path / "c_deep.yaml").write_text("x: " + "[" * 3000 + "]" * 3000 + "\n", encoding="utf-8")
+    (tmp_path / "d_folder.yaml").mkdir()
+    items = runner.collect(tmp_path)
+    outcome = {item.id: runner.run(item) for item in items}
+    assert sorted(outcome) == ["a_good/good/double", "b_bytes/invalid", "c_deep/invalid"]
+    assert outcome["a_good/good/double"].passed
+    assert "the file could not be read: UnicodeDecodeError" in outcome["b_bytes/invalid"].report
+    assert "c_deep.yaml:1: the file could not be read: nested too deeply" in outcome["c_deep/invalid"].report
+
+
+def test_a_list_ragged_below_its_first_row_is_refused_without_walking_an_alias_nest(tmp_path):
+    err = _error(tmp_path, _case("- id: cousins\n  inputs: {a: [[[1]], [[1, 2]]]}\n"
+                                 "  checks: [{id: c, expr: a, expect: {out: [1.0]}}]\n"))
+    assert err.message == "ragged list: row [1, 0] has 2 elements, row [0, 0] has 1"
+    nest = [1] * 10
+    for _ in range(8):  # what YAML aliases build: one list referenced ten times, eight deep (10**9 leaves)
+        nest = [nest] * 10
+    deep_one = 1
+    for _ in range(10):
+        deep_one = [deep_one]
+    with pytest.raises(CaseError) as err:
+        cases_module._literal("x.yaml", [deep_one, nest], 1)
+    assert err.value.message.startswith("ragged list: row [1] has 10 elements")

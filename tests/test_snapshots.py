@@ -211,3 +211,18 @@ def test_another_cases_folder_neither_uses_nor_touches_the_projects_snapshots(pr
     assert code != 0 and "no such folder" in out, out
     assert _snapshots(project) == before
 
+
+
+def test_a_size_stored_as_a_number_is_a_kind_mismatch_and_nan_numbers_match():
+    assert "kind does not match: size != number" in "\n".join(
+        EXT.diff_lines(_text(out=torch.Size([4, 8])), _text(out=12345.5)))
+    assert EXT.matches(serialized_data=_text(x=float("nan"), y=1.0), snapshot_data=_text(x=float("nan"), y=1.0 + 1e-9))
+
+
+def test_a_snapshot_that_is_not_utf8_is_unreadable_and_regenerates(project):
+    path = project / "tests" / "__snapshots__" / "test_cases" / "demo.demo.double.txt"
+    path.write_bytes(b"\xff\xfe garbage")
+    code, out = _pytest(project)
+    assert code == 1 and "the snapshot file could not be read" in out and "not UTF-8 text" in out, out
+    code, out = _pytest(project, "--snapshot-update")
+    assert code == 0 and path.read_text(encoding="utf-8").startswith("# attention-core snapshot"), out

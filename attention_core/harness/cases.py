@@ -9,6 +9,7 @@ becomes a :class:`CaseError` of its own and the other cases of the file still lo
 import ast
 import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,9 @@ DEFAULT_RETURNS = {"attention": ("output", "weights"), "multi_head_attention": (
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64, "int64": torch.int64, "bool": torch.bool}
 MAX_LITERAL = 2**20
+_SHORT = reprlib.Repr()  # a value quoted in a message: a YAML alias nest must not print in full
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxstring, _SHORT.maxother = 2, 4, 60, 60
+_short = _SHORT.repr
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # no ".": it joins ids in snapshot names
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -212,7 +216,7 @@ def _read_yaml(path, text):
 
 def find_case_files(folder):
     """The case files of ``folder``, sorted by name."""
-    return sorted(Path(folder).glob("*.yaml"))
+    return sorted(p for p in Path(folder).glob("*.yaml") if p.is_file())
 
 
 def load_folder(folder):
@@ -236,6 +240,9 @@ def load_file(path):
             raise CaseError(shown, data.key_lines["cases"], "'cases' must be a non-empty list")
     except CaseError as err:
         return CaseFile(path, path.stem, None, errors=(err,))
+    except (OSError, UnicodeDecodeError, RecursionError) as err:
+        problem = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
+        return CaseFile(path, path.stem, None, errors=(CaseError(shown, 1, f"the file could not be read: {problem}"),))
     cases, errors, seen = [], [], set()
     for raw, line in zip(raw_cases, raw_cases.item_lines):
         try:
@@ -267,6 +274,8 @@ def _case(path, raw, line, document, default_dtype):
     case_id = _id(path, raw, "id")
     source = _source(path, raw, "source", document)
     dtype = _dtype(path, raw, "dtype", default_dtype)
+    if not dtype.is_floating_point:
+        raise CaseError(path, raw.value_lines.get("dtype", raw.line), f"a case computes in a floating dtype, not {dtype}")
     seed = raw.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64):
         raise CaseError(path, raw.value_lines["seed"], f"seed must be a whole number from 0 to 2**64 - 1, got {seed!r}")
@@ -307,7 +316,7 @@ def _input(path, name, value, line, known, seed):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Input(name, "literal", value, line)  # a plain number stays a Python number
     if not isinstance(value, _Map):
-        raise CaseError(path, line, f"input {name!r}: expected a list, printed text or a mapping, got {value!r}")
+        raise CaseError(path, line, f"input {name!r}: expected a list, printed text or a mapping, got {_short(value)}")
     forms = (*draws.KINDS, "expr", "tensor", "printed", "token_ids")
     kinds = [k for k in value if k in forms]
     if len(kinds) != 1:
@@ -398,7 +407,9 @@ def _erratum(path, raw, known, kind):
     if "differs" in value:
         differs = _expr(path, value["differs"], value.value_lines["differs"], known, "erratum 'differs'",
                         spec=kind == "call")
-    return Erratum(str(value["note"]).strip(), differs, line)
+    if not isinstance(value["note"], str):
+        raise CaseError(path, value.value_lines["note"], "an erratum's note must be text")
+    return Erratum(value["note"].strip(), differs, line)
 
 
 def _expectations(path, raw, scope, inputs):
@@ -486,13 +497,14 @@ def _literal(path, value, line):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return torch.tensor(float(value), dtype=torch.float64)
     if not isinstance(value, list):
-        raise CaseError(path, line, f"expected a (nested) list of numbers, got {value!r}")
-    count = _leading_count(value)
+        raise CaseError(path, line, f"expected a (nested) list of numbers, got {_short(value)}")
+    shape = _leading_shape(value)
+    count = math.prod(shape)
     if count > MAX_LITERAL:
         # Checked before walking the list: YAML aliases can nest one list into billions of elements.
         raise CaseError(path, line, f"a literal of {count} elements; the limit is {MAX_LITERAL} "
                                     f"(draw large tensors from a seed instead)")
-    problem = _ragged(value, ())
+    problem = _ragged(value, shape, ())
     if problem:
         raise CaseError(path, line, problem)
     flat = _flatten(value)
@@ -509,33 +521,32 @@ def _literal(path, value, line):
         raise CaseError(path, line, f"a number does not fit: {err}") from None
 
 
-def _leading_count(value):
-    """The element count of a rectangular nested list, from its first elements alone."""
-    count = 1
+def _leading_shape(value):
+    """The shape of a nested list as its first elements give it."""
+    shape = []
     while isinstance(value, list):
-        count *= len(value)
+        shape.append(len(value))
         if not value:
             break
         value = value[0]
-    return count
+    return tuple(shape)
 
 
-def _ragged(value, at):
-    """Say where a nested list is not rectangular, or return None."""
+def _ragged(value, shape, at):
+    """Say where a nested list departs from ``shape`` (its first elements' shape), or return None.
+
+    Every list is held to the leading shape, so the walk never visits more than it allows.
+    """
+    if not shape:
+        return f"ragged list: {list(at)} is a list where a number belongs" if isinstance(value, list) else None
     if not isinstance(value, list):
-        return None
-    kinds = {isinstance(v, list) for v in value}
-    if len(kinds) > 1:
-        return f"ragged list at {list(at) or 'the top'}: mixes numbers and lists"
-    if kinds == {True}:
-        lengths = [len(v) for v in value]
-        for i, n in enumerate(lengths):
-            if n != lengths[0]:
-                return f"ragged list: row {[*at, i]} has {n} elements, row {[*at, 0]} has {lengths[0]}"
-        for i, v in enumerate(value):
-            problem = _ragged(v, (*at, i))
-            if problem:
-                return problem
+        return f"ragged list: {list(at)} is a number where a list of {shape[0]} belongs"
+    if len(value) != shape[0]:
+        return f"ragged list: row {list(at)} has {len(value)} elements, row {[0] * len(at)} has {shape[0]}"
+    for i, item in enumerate(value):
+        problem = _ragged(item, shape[1:], (*at, i))
+        if problem:
+            return problem
     return None
 
 
@@ -546,7 +557,7 @@ def _flatten(value):
 def _expr(path, source, line, known, what, *, spec=False):
     """Parse an expression over ``known`` names; spec functions only where ``spec`` (a graded call)."""
     if not isinstance(source, str):
-        raise CaseError(path, line, f"{what}: expected an expression as text, got {source!r}")
+        raise CaseError(path, line, f"{what}: expected an expression as text, got {_short(source)}")
     try:
         parsed = expr.parse(source, extra_functions=SPEC_FUNCTIONS if spec else ())
     except expr.ExprError as err:
@@ -574,6 +585,9 @@ def _source(path, raw, key, parent):
         raise CaseError(path, raw.value_lines[key], f"'{key}' must be a mapping (title, origin, cell, step)")
     _expect_keys(path, value, set() if parent else {"title"}, {"title", "origin", "cell", "step"}, f"'{key}'")
     base = parent or Source("")
+    bad = [k for k, v in value.items() if v is not None and not isinstance(v, (str, int, float))]
+    if bad:
+        raise CaseError(path, value.key_lines[bad[0]], f"'{key}' {bad[0]} must be text")
     text = {k: (str(v) if v is not None else None) for k, v in value.items()}
     return Source(text.get("title", base.title), text.get("origin", base.origin),
                   text.get("cell", base.cell), text.get("step", base.step))
@@ -592,7 +606,7 @@ def _id(path, raw, key):
     value = raw[key]
     if not isinstance(value, str) or not _ID.match(value):
         raise CaseError(path, raw.value_lines[key],
-                        f"{key} must be letters, digits, '_' or '-', got {value!r}")
+                        f"{key} must be letters, digits, '_' or '-', got {_short(value)}")
     return value
 
 

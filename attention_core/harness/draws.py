@@ -89,7 +89,7 @@ def check_spec(kind, args):
             raise ValueError(f"{kind}: {name} must be a whole number, got {value!r}")
     if kind == "randint" and args["low"] >= args["high"]:
         raise ValueError(f"randint: low ({args['low']}) must be below high ({args['high']})")
-    if kind == "randint" and not -(2**63) <= args["low"] < args["high"] <= 2**63:
+    if kind == "randint" and not -(2**63) <= args["low"] < args["high"] <= 2**63 - 1:
         raise ValueError("randint: low and high must fit in int64")
     sizes = {"embedding": ("num_embeddings", "embedding_dim"), "linear": ("in_features", "out_features")}
     if kind in sizes and math.prod(args[n] for n in sizes[kind]) > MAX_ELEMENTS:

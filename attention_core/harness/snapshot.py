@@ -82,6 +82,13 @@ class TensorSnapshotExtension(SingleFileSnapshotExtension):
             return True
         return not _problems(serialized_data, snapshot_data)
 
+    def read_snapshot_data_from_location(self, *, snapshot_location, snapshot_name, session_id):
+        try:
+            return super().read_snapshot_data_from_location(snapshot_location=snapshot_location,
+                                                            snapshot_name=snapshot_name, session_id=session_id)
+        except UnicodeDecodeError as err:  # compared as unreadable, and rewritten by --snapshot-update
+            return f"(not UTF-8 text: {err})\n"
+
     def diff_lines(self, serialized_data, snapshot_data):
         for problem in _problems(serialized_data, snapshot_data):
             yield from problem.splitlines()
@@ -242,12 +249,16 @@ def _entry_mismatch(actual, expected):
 
 def _plain_mismatch(kinds, actual, expected):
     """Sizes and other values compare exactly; a plain number with float32's default tolerance."""
-    (kind,) = kinds if len(kinds) == 1 else ("value",)
-    got, want = actual.get(kind), expected.get(kind)
-    if kind == "number" and got is not None and want is not None:
+    mine = [k for k in ("size", "number", "value") if k in actual]
+    theirs = [k for k in ("size", "number", "value") if k in expected]
+    if mine != theirs or len(kinds) != 1:
+        return f"kind does not match: {'/'.join(mine) or 'tensor'} != {'/'.join(theirs) or 'tensor'} (actual != snapshot)"
+    (kind,) = kinds
+    got, want = actual[kind], expected[kind]
+    if kind == "number":
         rtol, atol = compare.default_tolerance(torch.float32)
         g, w = float(_float(got)), float(_float(want))
-        if g == w or abs(g - w) <= atol + rtol * abs(w):
+        if g == w or (math.isnan(g) and math.isnan(w)) or abs(g - w) <= atol + rtol * abs(w):
             return None
     elif got == want:
         return None
