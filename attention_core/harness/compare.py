@@ -5,8 +5,8 @@ values. Values are compared element by element against an allowed absolute diffe
 which comes from one of two rules:
 
 * printed expectations (what a notebook showed): half a unit of the last printed digit,
-  plus a noise floor of ``NOISE_K * eps(dtype) * max|expected|`` (the rounding noise of
-  the computation itself, which scales with the magnitudes involved), plus, for
+  plus a noise floor (the rounding noise of the computation itself, measured by the
+  caller where it can be, see ``printed_allowance``), plus, for
   e-notation, ``finfo(float32).tiny`` (a float32 subnormal such as 3.7835e-44 is 3.72e-44
   in float64 and 0 under flush-to-zero), plus whatever the caller adds for inputs that
   were themselves printed (rounded) values;
@@ -73,7 +73,8 @@ def printed_allowance(printed, dtype, extra=None, noise=None):
             propagated rounding of printed inputs.
         noise: the computation's measured rounding noise in ``dtype`` (max |value in dtype -
             value in float64| over the tensor). Given, the floor is ``MEASURED_K * noise`` plus
-            ``NOISE_K * eps * |expected|`` element by element; absent, ``noise_floor``.
+            ``NOISE_K * eps * |expected|`` element by element plus ``eps * max|expected|``;
+            absent, ``noise_floor``.
     """
     unit = printed.unit
     if printed.notation == "sci":
@@ -101,11 +102,7 @@ def check_shape(actual, shape):
     """
     if isinstance(actual, torch.Size):
         actual = torch.empty(actual, device="meta")
-    if not isinstance(actual, torch.Tensor):
-        return Mismatch("type", f"expected a tensor or a torch.Size, got {type(actual).__name__}")
-    if tuple(actual.shape) != tuple(shape):
-        return Mismatch("shape", f"shape does not match: {tuple(actual.shape)} != {tuple(shape)} (actual != expected)")
-    return None
+    return _check_structure(actual, len(shape), shape, None)
 
 
 def compare_printed(actual, printed, *, extra=None, noise=None, device=None):
