@@ -14,17 +14,6 @@ import math
 
 import torch
 
-__all__ = [
-    "softmax",
-    "causal_mask",
-    "causal_average",
-    "attention",
-    "split_heads",
-    "merge_heads",
-    "multi_head_attention",
-    "layer_norm",
-]
-
 
 def softmax(x, dim=-1):
     """Numerically stable softmax: the row maximum is subtracted before ``exp``.

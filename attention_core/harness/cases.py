@@ -16,13 +16,11 @@ from pathlib import Path
 import torch
 import yaml
 
-from attention_core import reference
+from attention_core import spec
 from attention_core.harness import draws, expr
 from attention_core.harness.tensor_text import TensorTextError, looks_like_size, parse_size, parse_tensor
 
-SPEC_FUNCTIONS = tuple(reference.__all__)
-# What a spec function's results are called when a check does not say.
-DEFAULT_RETURNS = {"attention": ("output", "weights"), "multi_head_attention": ("output", "weights")}
+SPEC_FUNCTIONS = spec.GRADED
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64, "int64": torch.int64, "bool": torch.bool}
 MAX_LITERAL = 2**20
@@ -373,7 +371,7 @@ def _check(path, raw, line, case_source, known):
         if not (isinstance(body, ast.Call) and isinstance(body.func, ast.Name) and body.func.id in SPEC_FUNCTIONS):
             raise CaseError(path, spec_line, f"'call' must call one spec function ({', '.join(SPEC_FUNCTIONS)}); "
                                              f"use 'expr' for the document's own arithmetic")
-        returns = DEFAULT_RETURNS.get(body.func.id, ("out",))
+        returns = spec.FUNCTIONS[body.func.id].returns
     else:
         returns = ("out",)
     if "returns" in raw:

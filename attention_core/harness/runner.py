@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from attention_core import reference
+from attention_core import reference, spec
 from attention_core.harness import compare
-from attention_core.harness.cases import SPEC_FUNCTIONS, load_folder
+from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import ExprError
 from attention_core.harness.inputs import has_rounded_inputs, materialise
 
@@ -23,7 +23,7 @@ from attention_core.harness.inputs import has_rounded_inputs, materialise
 # times; the largest change seen, times SAFETY, is added to the allowance.
 PERTURBATIONS = 8
 SAFETY = 2.0
-REFERENCE = {name: getattr(reference, name) for name in SPEC_FUNCTIONS}
+REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cache key

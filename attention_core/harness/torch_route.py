@@ -8,6 +8,8 @@ way FlashAttention's tests set theirs).
 import torch
 import torch.nn.functional as F
 
+from attention_core import spec
+
 
 def softmax(x, dim=-1):
     return F.softmax(x, dim=dim)
@@ -56,5 +58,4 @@ def layer_norm(x, eps=1e-5):
     return centred / torch.sqrt((centred * centred).mean(dim=-1, keepdim=True) + eps)
 
 
-FUNCTIONS = {f.__name__: f for f in (softmax, causal_mask, causal_average, attention, split_heads, merge_heads,
-                                     multi_head_attention, layer_norm)}
+FUNCTIONS = {name: globals()[name] for name in spec.NAMES}
