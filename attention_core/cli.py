@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 
 from attention_core.harness import inventory, runner
+from attention_core.harness.results import Status, one_line, render
+from attention_core.harness.text import escape
 from attention_core.harness.cases import load_folder
 
 
@@ -64,50 +66,62 @@ def inventory_command(folder, readme=None, out=sys.stdout):
 
 
 def check_command(folder, devices, verbose=False, out=sys.stdout):
-    """Run every check; print the per-document table (and failures); return the exit status."""
+    """Run every check; print the per-document table (and failures); return the exit status.
+
+    0 when every check passed, 1 when any failed or could not run, 2 on a harness error (a bug here).
+    """
     items = runner.collect(folder)
     if not items:
         print(f"no case files in {folder}", file=out)
         return 1
-    rows, failures = {}, []
+    rows, problems, errata = {}, [], []
     for item in items:
-        row = rows.setdefault(item.file.name, {"title": item.file.document.title if item.file.document else "",
-                                               "passed": 0, "failed": 0, "skipped": 0})
+        title = item.file.document.title if item.file.document else ""
+        row = rows.setdefault(item.file.name, {"title": title, **dict.fromkeys(COLUMNS, 0)})
         for device in devices if item.error is None else [None]:
             if device == "cuda" and not torch.cuda.is_available():
                 row["skipped"] += 1
                 continue
             result = runner.run(item, device=device or "cpu")
-            row["passed" if result.passed else "failed"] += 1
+            row[_COLUMN[result.status]] += 1
             if not result.passed:
-                failures.append(result.report)
+                problems.append(result)
+            elif item.check.erratum is not None and item not in errata:
+                errata.append(item)
     _print_table(rows, out)
     if "cuda" in devices and not torch.cuda.is_available():
         print("skipped: CUDA is not available here (torch.cuda.is_available() is False)", file=out)
-    errata = [item for item in items if item.error is None and item.check.erratum is not None]
     if errata:
         print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
               f"(checked that way; -v gives the notes):", file=out)
         for item in errata:
-            print(f"  {item.id} ({item.location})" + (f": {item.check.erratum.note}" if verbose else ""), file=out)
-    for report in failures:
-        print("\nFAILED " + (report if verbose else report.split("\n", 1)[0]), file=out)
-    if failures and not verbose:
-        print("\n(-v prints each failure in full)", file=out)
-    return 1 if failures else 0
+            note = f": {escape(item.check.erratum.note)}" if verbose else ""
+            print(f"  {escape(item.id)} ({item.location}){note}", file=out)
+    for result in problems:
+        print(f"\n{str(result.status).upper()} {render(result, traceback=verbose)}", file=out)
+    if problems:
+        print("\n" + "\n".join(one_line(r) for r in problems), file=out)
+    if any(r.status is Status.HARNESS_ERROR for r in problems):
+        return 2
+    return 1 if problems else 0
+
+
+# The table's columns: the first three stay as they are; later ones are added after them.
+COLUMNS = ("passed", "failed", "skipped", "errors")
+_COLUMN = {Status.PASSED: "passed", Status.FAILED: "failed", Status.NOT_IMPLEMENTED: "failed",
+           Status.IMPLEMENTATION_ERROR: "failed", Status.CASE_ERROR: "errors", Status.HARNESS_ERROR: "errors"}
 
 
 def _print_table(rows, out):
-    width = max(len(f"{name}  {row['title']}") for name, row in rows.items())
-    width = max(width, len("document"))
-    print(f"{'document':<{width}}  {'passed':>6}  {'failed':>6}  {'skipped':>7}", file=out)
-    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    labels = {name: escape(f"{name}  {row['title']}") for name, row in rows.items()}
+    width = max(len("document"), *map(len, labels.values()))
+    print(f"{'document':<{width}}  " + "  ".join(f"{c:>7}" for c in COLUMNS), file=out)
+    totals = dict.fromkeys(COLUMNS, 0)
     for name, row in rows.items():
-        label = f"{name}  {row['title']}"
-        print(f"{label:<{width}}  {row['passed']:>6}  {row['failed']:>6}  {row['skipped']:>7}", file=out)
+        print(f"{labels[name]:<{width}}  " + "  ".join(f"{row[c]:>7}" for c in COLUMNS), file=out)
         for key in totals:
             totals[key] += row[key]
-    print(f"{'total':<{width}}  {totals['passed']:>6}  {totals['failed']:>6}  {totals['skipped']:>7}", file=out)
+    print(f"{'total':<{width}}  " + "  ".join(f"{totals[c]:>7}" for c in COLUMNS), file=out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.harness import compare
+from attention_core.harness import tolerance
 from attention_core.harness.snapshot import FULL_LIMIT, TensorSnapshotExtension, parse, summary_guarantee
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ def test_one_element_beyond_tolerance_fails_naming_that_element():
 
 def test_a_difference_within_tolerance_matches():
     value = torch.rand(4, 6, generator=torch.Generator().manual_seed(1))
-    rtol, atol = compare.default_tolerance(torch.float32)
+    rtol, atol = tolerance.default_tolerance(torch.float32)
     assert EXT.matches(serialized_data=_text(out=value + atol / 2), snapshot_data=_text(out=value))
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attention_core import reference
-from attention_core.harness import compare, runner
+from attention_core.harness import compare, runner, tolerance
 from attention_core.harness.tensor_text import parse_tensor
 
 CASES = runner.default_cases_folder()
@@ -18,7 +18,7 @@ def _printed(actual, text, **kw):
 
 
 def test_fixed_print_allows_half_a_unit_of_its_last_digit_plus_noise():
-    allowed = 0.5e-4 + compare.NOISE_K * F32_EPS * 0.09
+    allowed = 0.5e-4 + tolerance.NOISE_K * F32_EPS * 0.09
     assert _printed(torch.tensor([0.09], dtype=torch.float64) + allowed * 0.99, "tensor([0.0900])") is None
     miss = _printed(torch.tensor([0.09], dtype=torch.float64) + allowed * 1.01, "tensor([0.0900])")
     assert miss is not None and miss.stage == "values"
@@ -26,11 +26,11 @@ def test_fixed_print_allows_half_a_unit_of_its_last_digit_plus_noise():
 
 def test_noise_floor_scales_with_the_largest_expected_value_and_the_dtype():
     values = torch.tensor([12.9777, 0.0])
-    assert compare.noise_floor(torch.float32, values) == pytest.approx(compare.NOISE_K * F32_EPS * 12.9777)
-    assert compare.noise_floor(torch.float64, values) == pytest.approx(
-        compare.NOISE_K * torch.finfo(torch.float64).eps * 12.9777)
-    assert compare.noise_floor(torch.float32, torch.tensor([-math.inf, 2.0])) == pytest.approx(
-        compare.NOISE_K * F32_EPS * 2.0)
+    assert tolerance.noise_floor(torch.float32, values) == pytest.approx(tolerance.NOISE_K * F32_EPS * 12.9777)
+    assert tolerance.noise_floor(torch.float64, values) == pytest.approx(
+        tolerance.NOISE_K * torch.finfo(torch.float64).eps * 12.9777)
+    assert tolerance.noise_floor(torch.float32, torch.tensor([-math.inf, 2.0])) == pytest.approx(
+        tolerance.NOISE_K * F32_EPS * 2.0)
 
 
 def test_integer_mode_print_is_checked_against_the_noise_floor_not_half_a_unit():
@@ -58,7 +58,7 @@ def test_float32_subnormal_passes_in_float64_and_flushed_to_zero():
 
 def test_full_precision_uses_torch_testing_defaults_per_dtype():
     expected = torch.tensor([1.0, 100.0], dtype=torch.float64)
-    rtol, atol = compare.default_tolerance(torch.float32)
+    rtol, atol = tolerance.default_tolerance(torch.float32)
     assert (rtol, atol) == (1.3e-6, 1e-5)
     near = (expected + atol * 0.9).float()
     assert compare.compare_full(near, expected) is None
@@ -111,13 +111,13 @@ def test_rounding_of_printed_inputs_is_propagated(monkeypatch):
     spread = runner._numerics(item)[1]["out"]
     assert 1e-5 < float(spread[7, 7]) < 1e-4
     assert runner.run(item).passed
-    monkeypatch.setattr(runner, "PERTURBATIONS", 0)
-    runner._numerics_cached.cache_clear()
+    monkeypatch.setattr(tolerance, "PERTURBATIONS", 0)
+    tolerance.NUMERICS.clear()
     try:
         result = runner.run(item)
         assert not result.passed and "at index (7, 7)" in result.report
     finally:
-        runner._numerics_cached.cache_clear()
+        tolerance.NUMERICS.clear()
 
 
 def _no_scale(q, k, v, mask=None, scale=None):
@@ -189,13 +189,13 @@ def test_the_noise_floor_is_measured_so_a_masking_constant_widens_nothing():
 def test_the_measured_floor_keeps_small_e_notation_values_tight():
     item = _item("001_self_attention/four_by_four/softmax")
     noise, _ = runner._numerics(item)
-    allowed = compare.printed_allowance(item.check.expectations[0].printed, torch.float32, noise=noise["out"])
+    allowed = tolerance.printed_allowance(item.check.expectations[0].printed, torch.float32, noise=noise["out"])
     assert 5e-9 < float(allowed[0]) < 5e-7  # 1.2298e-04: half a unit is 5e-9, the floor adds about 4e-7
-    assert float(allowed[0]) < compare.noise_floor(torch.float32, torch.tensor([1.0])) / 4
+    assert float(allowed[0]) < tolerance.noise_floor(torch.float32, torch.tensor([1.0])) / 4
 
 
 def test_an_element_the_reference_got_exact_still_allows_one_rounding_at_the_tensors_scale():
     printed = parse_tensor("tensor([0.0000e+00, 1.0000e+00])")
-    allowed = compare.printed_allowance(printed, torch.float32, noise=0.0)
+    allowed = tolerance.printed_allowance(printed, torch.float32, noise=0.0)
     assert float(allowed[0]) >= F32_EPS * 1.0  # a cancellation to 0 may come out as ±1 ulp of 1.0 elsewhere
     assert float(allowed[0]) < 2 * F32_EPS

@@ -1,18 +1,8 @@
-"""Tolerance policy and the staged mismatch report: one comparison for every report.
+"""The staged comparison and its mismatch report: one comparison for every report.
 
 A comparison runs in stages and stops at the first that fails: type, shape, dtype, device,
-values. Values are compared element by element against an allowed absolute difference,
-which comes from one of two rules:
-
-* printed expectations (what a notebook showed): half a unit of the last printed digit,
-  plus a noise floor (the rounding noise of the computation itself, measured by the
-  caller where it can be, see ``printed_allowance``), plus, for
-  e-notation, ``finfo(float32).tiny`` (a float32 subnormal such as 3.7835e-44 is 3.72e-44
-  in float64 and 0 under flush-to-zero), plus whatever the caller adds for inputs that
-  were themselves printed (rounded) values;
-* full-precision expectations: ``atol + rtol * |expected|`` with torch.testing's per-dtype
-  defaults, or an rtol and atol given together (a lone atol=0 could still pass through
-  rtol, so one without the other is refused where the case is read).
+values. Values are compared element by element against an allowed absolute difference that
+``harness/tolerance.py`` sets (every allowance rule lives there).
 """
 
 import math
@@ -20,23 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-# Rounding noise allowed on top of a printed unit: NOISE_K * eps(dtype) * |expected| per
-# element, plus MEASURED_K times the computation's measured noise in that dtype (the largest
-# |value in dtype - value in float64| over the tensor: a different BLAS, device or summation
-# order moves results by about that much), plus one eps(dtype) * max|expected|. Without a
-# measurement the floor is NOISE_K * eps(dtype) * max|expected|.
-NOISE_K = 16
-MEASURED_K = 8
+from attention_core.harness import tolerance
 
-# torch.testing.assert_close's defaults, keyed by the dtype of the value computed.
-DEFAULT_TOLERANCES = {
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-}
 MAX_TABLE_ROWS = 8
-_TINY = torch.finfo(torch.float32).tiny
 
 
 @dataclass(frozen=True)
@@ -47,52 +23,11 @@ class Mismatch:
     message: str
     index: tuple | None = None  # the worst element, for "values"
     ratio: float = math.inf  # worst |diff| / allowed, for "values"
-
-
-def default_tolerance(dtype):
-    """(rtol, atol) for full-precision comparisons in ``dtype``."""
-    return DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
-
-
-def noise_floor(dtype, expected):
-    """``NOISE_K * eps(dtype) * max|expected|`` over the finite expected values."""
-    if not dtype.is_floating_point:
-        return 0.0
-    finite = expected[torch.isfinite(expected)]
-    scale = float(finite.abs().max()) if finite.numel() else 0.0
-    return NOISE_K * torch.finfo(dtype).eps * scale
-
-
-def printed_allowance(printed, dtype, extra=None, noise=None):
-    """The allowed absolute difference for each element shown in ``printed``.
-
-    Args:
-        printed: a :class:`~attention_core.harness.tensor_text.PrintedTensor`.
-        dtype: the dtype the checked value was computed in (sets the noise floor).
-        extra: a float64 tensor of shape ``(N,)`` (or a number) added on top: the
-            propagated rounding of printed inputs.
-        noise: the computation's measured rounding noise in ``dtype`` (max |value in dtype -
-            value in float64| over the tensor). Given, the floor is ``MEASURED_K * noise`` plus
-            ``NOISE_K * eps * |expected|`` element by element plus ``eps * max|expected|``;
-            absent, ``noise_floor``.
-    """
-    unit = printed.unit
-    if printed.notation == "sci":
-        # torch prints a value as 0.0000e+00 only when it is 0: no half unit for it.
-        unit = torch.where(printed.values == 0, torch.zeros_like(unit), unit)
-    if noise is None or not dtype.is_floating_point:
-        floor = noise_floor(dtype, printed.values)
-    else:
-        relative = NOISE_K * torch.finfo(dtype).eps * torch.nan_to_num(printed.values.abs(), posinf=0.0)
-        # One rounding at the tensor's scale besides: where this computation happened to come out
-        # exact (a cancellation to 0), another summation order need not.
-        floor = MEASURED_K * noise + relative + noise_floor(dtype, printed.values) / NOISE_K
-    allowed = unit * 0.5 + floor
-    if printed.notation == "sci":
-        allowed = allowed + _TINY
-    if extra is not None:
-        allowed = allowed + extra
-    return allowed
+    # For "values": the compared elements, each (N,) in float64, and their positions (N, ndim).
+    actual: torch.Tensor | None = None
+    expected: torch.Tensor | None = None
+    allowed: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
 
 
 def check_shape(actual, shape):
@@ -119,7 +54,7 @@ def compare_printed(actual, printed, *, extra=None, noise=None, device=None):
         values = values[tuple(printed.index.T)]
     else:
         values = values.reshape(1)
-    allowed = printed_allowance(printed, actual.dtype, extra, noise)
+    allowed = tolerance.printed_allowance(printed, actual.dtype, extra, noise)
     return compare_values(values, printed.values, allowed, printed.index)
 
 
@@ -141,10 +76,8 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
                                     f"{'bool' if expected.dtype == torch.bool else 'numeric'} expected values")
     if problem is not None:
         return problem
-    if rtol is None:
-        rtol, atol = default_tolerance(actual.dtype)
     expected = expected.to(torch.float64).reshape(-1)
-    allowed = atol + rtol * expected.abs()
+    allowed = tolerance.full_allowance(expected, actual.dtype, rtol, atol)
     shape = tuple(actual.shape)
     return compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed,
                            lambda: _all_positions(shape))
@@ -216,7 +149,8 @@ def compare_values(actual, expected, allowed, index):
     worst = int(ratio.argmax())
     worst_index = tuple(int(i) for i in index[worst])
     return Mismatch("values", _values_report(actual, expected, diff, allowed, bad, index),
-                    index=worst_index, ratio=float(ratio[worst]))
+                    index=worst_index, ratio=float(ratio[worst]), actual=actual, expected=expected,
+                    allowed=allowed, positions=index)
 
 
 def _values_report(actual, expected, diff, allowed, bad, index):
@@ -238,7 +172,8 @@ def _values_report(actual, expected, diff, allowed, bad, index):
     order = torch.argsort(torch.where(bad, diff / allowed.clamp(min=1e-300), torch.full_like(diff, -1.0)),
                           descending=True)
     for i in order[: min(n_bad, MAX_TABLE_ROWS)].tolist():
-        lines.append(f"  {_idx(index[i]):<14}{_num(expected[i]):>15}{_num(actual[i]):>15}"
+        shown_expected, shown_actual = _num_pair(expected[i], actual[i])
+        lines.append(f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}"
                      f"{_num(diff[i]):>12}{_num(allowed[i]):>12}")
     if n_bad > MAX_TABLE_ROWS:
         lines.append(f"  ... and {n_bad - MAX_TABLE_ROWS} more")
@@ -249,8 +184,18 @@ def _idx(row):
     return "(" + ", ".join(str(int(i)) for i in row) + ")" if len(row) != 1 else f"({int(row[0])},)"
 
 
-def _num(x):
+def _num(x, digits=6):
     x = float(x)
     if math.isinf(x) or math.isnan(x):
         return str(x)
-    return f"{x:.6g}" if x == 0 or 1e-4 <= abs(x) < 1e6 else f"{x:.4e}"
+    return f"{x:.{digits}g}" if x == 0 or 1e-4 <= abs(x) < 1e6 else f"{x:.{digits - 2}e}"
+
+
+def _num_pair(expected, actual):
+    """Both numbers, with as many digits as it takes to tell them apart (2360064 against 2360065)."""
+    for digits in range(6, 18):
+        pair = tuple(str(int(x)) if digits > 6 and float(x).is_integer() and abs(x) < 1e16 else _num(x, digits)
+                     for x in (expected, actual))
+        if pair[0] != pair[1] or float(expected) == float(actual):
+            return pair
+    return repr(float(expected)), repr(float(actual))

@@ -1224,3 +1224,28 @@ class Expr:
         finally:
             _METER.evaluation = outer
 
+
+    def call_arguments(
+        self,
+        scope: Mapping[str, object],
+        *,
+        functions: Mapping[str, Callable] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> tuple[str, list, dict]:
+        """For an expression that is one call of a named function: its name and evaluated arguments.
+
+        The call itself is not made; calls nested in the arguments resolve from ``functions``,
+        then :data:`BUILTINS`.
+        """
+        body = self.tree.body
+        if not (isinstance(body, ast.Call) and isinstance(body.func, ast.Name)):
+            raise ExprError("the expression is not a call of a named function", 1, self.source)
+        ctx = _Context(self.source, scope, functions, torch.device(device), dtype)
+        outer = _METER.evaluation
+        _METER.evaluation = ctx
+        try:
+            args, kwargs = _eval_arguments(body, ctx)
+        finally:
+            _METER.evaluation = outer
+        return body.func.id, args, kwargs

@@ -1,28 +1,26 @@
-"""Runs one check: make the case's inputs, call the implementation, compare every expectation.
+"""Runs one check: make the case's inputs, call one implementation function, compare every expectation.
 
-The same function serves pytest, the command line and grading; each turns a
-:class:`Result` into its own report. Besides the implementation under test, the reference
-core is run on the CPU to measure a check's numerics: its rounding noise in the case's dtype
-against float64, and how far the rounding of printed inputs moves its outputs.
+The same function serves pytest, the command line and grading; each renders the
+:class:`~attention_core.harness.results.Result` its own way. A graded ``call`` calls the
+implementation for the called function only: its arguments are evaluated on the harness side
+with the reference core, so a mistake is charged to the function that makes it. Besides the
+implementation under test, the reference core is run on the CPU to measure a check's numerics
+(see ``harness/tolerance.py``).
 """
 
-import functools
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from attention_core import reference, spec
-from attention_core.harness import compare
+from attention_core.harness import compare, tolerance
 from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import ExprError
 from attention_core.harness.inputs import has_rounded_inputs, materialise
+from attention_core.harness.results import Failure, Result, Status
 
-# Printed inputs are rounded: their rounding is propagated by re-running a check in
-# float64 with every printed input moved within ±half its printed unit, PERTURBATIONS
-# times; the largest change seen, times SAFETY, is added to the allowance.
-PERTURBATIONS = 8
-SAFETY = 2.0
 REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}
 
 
@@ -52,15 +50,6 @@ class CheckItem:
         return f"{path}:{line}"
 
 
-@dataclass
-class Result:
-    """What running a check found."""
-
-    passed: bool
-    report: str = ""  # why it failed, ready to show
-    outputs: dict = field(default_factory=dict)  # each returned name and expectation target, as computed
-
-
 def collect(folder):
     """Every check of every case file in ``folder``, load errors included, in a stable order."""
     items = []
@@ -82,40 +71,156 @@ def default_cases_folder():
 def run(item, *, functions=None, device="cpu"):
     """Run one check on ``device`` with the spec ``functions`` (default: the reference core).
 
-    Never raises for a problem in the case or the implementation: it becomes a failed result.
+    Never raises: whatever happens becomes a :class:`Result` with its status.
     """
     if item.error is not None:
-        return Result(False, f"{item.location}: {item.error.message}")
+        return Result(Status.CASE_ERROR, item.id, item.location, message=item.error.message)
     functions = REFERENCE if functions is None else functions
     case, check = item.case, item.check
-    header = f"{item.location}: {item.id} — {check.kind} `{check.expr.source}` on {device}, {_dtype_name(case.dtype)}"
+    header = f"{check.kind} `{check.expr.source}` on {device}, {_dtype_name(case.dtype)}"
     try:
         return _run(item, functions, device, header)
-    except _CallFailed as err:
-        return Result(False, f"{header}\n{err}")
-    except ExprError as err:
-        return Result(False, f"{header}\nthe case could not be evaluated: {err}")
-    except Exception as err:  # a case the loader could not fully vet (sizes, dtypes at run time)
-        return Result(False, f"{header}\nthe check could not run: {type(err).__name__}: {err}")
+    except _Stop as stop:
+        return Result(stop.status, item.id, item.location, header, message=stop.message, details=stop.details)
+    except Exception as err:  # a bug of the harness: never disguised as a failed check
+        return Result(Status.HARNESS_ERROR, item.id, item.location, header, message=f"{type(err).__name__}: {err}",
+                      details="".join(traceback.format_exception(err)))
+
+
+class _Stop(Exception):
+    """Ends a check early with a status other than passed or failed."""
+
+    def __init__(self, status, message, details=""):
+        super().__init__(message)
+        self.status, self.message, self.details = status, message, details
 
 
 def _run(item, functions, device, header):
     case, check = item.case, item.check
-    scope = materialise(case, device=device)
-    given = set()
-    if check.kind == "call":
-        functions = {**functions, check.function: _recording(functions[check.function], given)}
-    outputs = _call(check, check.expr, scope, functions, device, case.dtype)
-    _check_output_dtypes(outputs, given)
-    values = _targets(check, scope, outputs, device, case.dtype)
-    failures = _failures(item, values, device)
+    try:
+        scope = materialise(case, device=device)
+    except Exception as err:  # the case's inputs: a problem of the case file
+        raise _Stop(Status.CASE_ERROR, f"the inputs could not be made: {_describe(err)}") from None
+    failures = []
+    outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures)
+    values = _targets(check, scope, outputs, device, case.dtype, failures)
+    failures += _failures(item, values, device)
     if check.erratum is not None and not failures:
         stale = _stale_erratum(item, scope, functions, device)
         if stale:
             failures.append(stale)
-    if failures:
-        return Result(False, header + "\n" + "\n\n".join(failures), values)
-    return Result(True, outputs=values)
+    status = Status.FAILED if failures else Status.PASSED
+    return Result(status, item.id, item.location, header, tuple(failures), outputs=values)
+
+
+def _graded_call(check, expression, scope, functions, device, dtype, failures):
+    """The check's results by name; a wrong structure or dtype becomes a failure of the check."""
+    try:
+        result = _call(check, expression, scope, functions, device, dtype)
+    except _WrongResult as wrong:
+        failures.append(Failure(", ".join(check.returns), check.line, compare.Mismatch(wrong.stage, str(wrong))))
+        return {}
+    return result
+
+
+def _describe(err):
+    return str(err) if isinstance(err, ExprError) else f"{type(err).__name__}: {err}"
+
+
+def _dtype_name(dtype):
+    return str(dtype).removeprefix("torch.")
+
+
+class _WrongResult(Exception):
+    """The implementation returned the wrong structure or dtype."""
+
+    def __init__(self, stage, message):
+        super().__init__(message)
+        self.stage = stage
+
+
+def _call(check, expression, scope, functions, device, dtype):
+    """Evaluate the check's call or expression and name its results.
+
+    A ``call`` evaluates its arguments with the reference core and calls ``functions`` for the
+    called function alone; an ``expr`` is the document's own arithmetic, evaluated here.
+    """
+    if check.kind == "call":
+        try:
+            name, args, kwargs = expression.call_arguments(scope, functions=REFERENCE, device=device, dtype=dtype)
+        except Exception as err:
+            raise _Stop(Status.CASE_ERROR, f"the arguments of `{expression.source}` could not be evaluated: "
+                                           f"{_describe(err)}") from None
+        result = _call_implementation(functions, name, args, kwargs)
+        _check_dtypes(result, check.returns, args, kwargs)
+    else:
+        try:
+            result = expression.evaluate(scope, device=device, dtype=dtype)
+        except Exception as err:
+            raise _Stop(Status.CASE_ERROR, f"`{expression.source}` could not be evaluated: {_describe(err)}") from None
+    if len(check.returns) == 1:
+        return {check.returns[0]: result}
+    if not isinstance(result, (tuple, list)) or len(result) != len(check.returns):
+        got = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else type(result).__name__
+        raise _WrongResult("type", f"`{expression.source}` must return {len(check.returns)} values "
+                                   f"({', '.join(check.returns)}), got {got}")
+    return dict(zip(check.returns, result))
+
+
+def _call_implementation(functions, name, args, kwargs):
+    function = functions.get(name)
+    if function is None:
+        raise _Stop(Status.NOT_IMPLEMENTED, f"the implementation has no `{name}`")
+    try:
+        return function(*args, **kwargs)
+    except NotImplementedError as err:
+        raise _Stop(Status.NOT_IMPLEMENTED, f"`{name}` raised NotImplementedError" + (f": {err}" if str(err) else ""),
+                    _own_frames(err)) from None
+    except Exception as err:
+        raise _Stop(Status.IMPLEMENTATION_ERROR, f"`{name}` raised {type(err).__name__}: {err}", _own_frames(err)) from None
+
+
+_HARNESS = Path(__file__).resolve().parent
+
+
+def _own_frames(err):
+    """The traceback lines inside the implementation (the harness's own frames left out)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not Path(f.filename).resolve().is_relative_to(_HARNESS)]
+    return "".join(traceback.format_list(frames)) if frames else ""
+
+
+def _check_dtypes(result, returns, args, kwargs):
+    """A spec function keeps the dtype it is given: floating results come back in that dtype."""
+    given = {a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()}
+    values = result if isinstance(result, (tuple, list)) and len(returns) > 1 else (result,)
+    for name, value in zip(returns, values):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and given and value.dtype not in given:
+            raise _WrongResult("dtype", f"{name}: dtype does not match: {value.dtype} != "
+                                        f"{' or '.join(map(str, sorted(given, key=str)))} "
+                                        f"(a spec function returns the dtype of its floating inputs)")
+
+
+def _targets(check, scope, outputs, device, dtype, failures=None):
+    """Each expectation's target: an output by name, or an expression over outputs and inputs.
+
+    With ``failures`` given, a target that cannot be evaluated on these outputs is a failure
+    of the check (the implementation returned something the expression cannot take).
+    """
+    names = {**scope, **outputs}
+    values = dict(outputs)
+    for expectation in check.expectations:
+        if expectation.target in values:
+            continue
+        if failures is not None and not set(expectation.expr.names) <= set(names):
+            continue  # an output the call did not return: already a failure
+        try:
+            values[expectation.target] = expectation.expr.evaluate(names, device=device, dtype=dtype)
+        except ExprError as err:
+            if failures is None:
+                raise
+            failures.append(Failure(expectation.target, expectation.line,
+                                    compare.Mismatch("type", f"could not be evaluated on the result: {err}")))
+    return values
 
 
 def _failures(item, values, device):
@@ -124,65 +229,15 @@ def _failures(item, values, device):
     failures = []
     for expectation in item.check.expectations:
         target = expectation.target
-        mismatch = _compare(expectation, values[target], device, noise.get(target), spread.get(target),
+        if target not in values:
+            continue
+        actual = values[target]
+        mismatch = _compare(expectation, actual, device, noise.get(target), spread.get(target),
                             oracles.get(target), item.case.dtype)
         if mismatch is not None:
-            failures.append(f"{target} (line {expectation.line}): {mismatch.message}")
+            shape = tuple(actual.shape) if isinstance(actual, torch.Tensor) else None
+            failures.append(Failure(target, expectation.line, mismatch, shape))
     return failures
-
-
-def _dtype_name(dtype):
-    return str(dtype).removeprefix("torch.")
-
-
-class _CallFailed(Exception):
-    """The implementation under test raised, or returned the wrong structure."""
-
-
-def _check_output_dtypes(outputs, given):
-    """A spec function keeps the dtype it is given: floating results come back in that dtype."""
-    for name, value in outputs.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and given and value.dtype not in given:
-            raise _CallFailed(f"{name}: dtype does not match: {value.dtype} != {' or '.join(map(str, given))} "
-                              f"(a spec function returns the dtype of its floating inputs)")
-
-
-def _recording(function, seen):
-    """``function``, noting the dtypes of the floating tensors it is given."""
-    def call(*args, **kwargs):
-        seen.update(a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point())
-        return function(*args, **kwargs)
-    return call
-
-
-def _call(check, expression, scope, functions, device, dtype):
-    """Evaluate the check's call or expression and name its results."""
-    if check.kind == "call":
-        try:
-            result = expression.evaluate(scope, functions=functions, device=device, dtype=dtype)
-        except ExprError:
-            raise
-        except Exception as err:  # the implementation under test raised
-            raise _CallFailed(f"`{expression.source}` raised {type(err).__name__}: {err}") from None
-    else:
-        result = expression.evaluate(scope, device=device, dtype=dtype)
-    if len(check.returns) == 1:
-        return {check.returns[0]: result}
-    if not isinstance(result, (tuple, list)) or len(result) != len(check.returns):
-        got = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else type(result).__name__
-        raise _CallFailed(f"`{expression.source}` must return {len(check.returns)} values "
-                          f"({', '.join(check.returns)}), got {got}")
-    return dict(zip(check.returns, result))
-
-
-def _targets(check, scope, outputs, device, dtype):
-    """Each expectation's target: an output by name, or an expression over outputs and inputs."""
-    names = {**scope, **outputs}
-    values = dict(outputs)
-    for expectation in check.expectations:
-        if expectation.target not in values:
-            values[expectation.target] = expectation.expr.evaluate(names, device=device, dtype=dtype)
-    return values
 
 
 def _compare(expectation, actual, device, noise=None, spread=None, oracle=None, dtype=None):
@@ -205,7 +260,6 @@ def _compare(expectation, actual, device, noise=None, spread=None, oracle=None, 
     return compare.compare_printed(actual, printed, extra=extra, noise=noise, device=device)
 
 
-@functools.lru_cache(maxsize=None)
 def _oracles(item):
     """Each oracle expectation's value: torch's own functions on the inputs, in float64 on the CPU."""
     wanted = [e for e in item.check.expectations if e.kind == "oracle"]
@@ -214,61 +268,33 @@ def _oracles(item):
     scope = materialise(item.case, device="cpu", dtype=torch.float64)
     values = {}
     for e in wanted:
-        value = e.oracle.evaluate(scope, device="cpu", dtype=torch.float64)
-        values[e.target] = torch.as_tensor(value, dtype=torch.float64) if not isinstance(value, torch.Tensor) else value
+        try:
+            value = e.oracle.evaluate(scope, device="cpu", dtype=torch.float64)
+        except Exception as err:
+            raise _Stop(Status.CASE_ERROR, f"line {e.line}: the oracle `{e.oracle.source}` could not be evaluated: "
+                                           f"{_describe(err)}") from None
+        values[e.target] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float64)
     return values
 
 
 def _numerics(item):
     """Per target, as the reference core shows them: (rounding noise, printed-input spread).
 
-    The noise is max |reference in the case's dtype - reference in float64| over the target;
-    the spread, for cases with printed inputs, is the largest change of each element over
-    PERTURBATIONS float64 runs with the inputs moved within their printed rounding, x SAFETY.
-    Empty where the reference itself cannot run the check.
+    Empty for a float64 case (no wider dtype to measure against), for checks without printed
+    expectations, and where the reference itself cannot run the check.
     """
     if not any(e.kind == "printed" for e in item.check.expectations) or item.case.dtype == torch.float64:
-        return {}, {}  # a float64 case has no wider dtype to measure its noise against
+        return {}, {}
+    case, check = item.case, item.check
+
+    def targets(dtype, perturb):
+        scope = materialise(case, device="cpu", dtype=dtype, perturb=perturb)
+        return _targets(check, scope, _call(check, check.expr, scope, REFERENCE, "cpu", dtype), "cpu", dtype)
+
     try:
-        return _numerics_cached(item)
+        return tolerance.NUMERICS.measure(item, targets, dtype=case.dtype, rounded_inputs=has_rounded_inputs(case))
     except Exception:  # the run itself reports what is wrong with the case
         return {}, {}
-
-
-@functools.lru_cache(maxsize=None)
-def _numerics_cached(item):
-    case, check = item.case, item.check
-    base = _reference_targets(case, check, torch.float64)
-    own = _reference_targets(case, check, case.dtype)
-    # Only where the float64 run really computed in float64 (an expression may cast with .float()).
-    noise = {name: _max_change(own[name], value) for name, value in base.items()
-             if _comparable(own.get(name), value) and value.dtype == torch.float64}
-    spread = {}
-    if has_rounded_inputs(case):
-        generator = torch.Generator().manual_seed(0)
-        for _ in range(PERTURBATIONS):
-            moved = _reference_targets(case, check, torch.float64, generator)
-            for name, value in moved.items():
-                if _comparable(value, base.get(name)):
-                    change = torch.nan_to_num((value - base[name]).abs(), nan=0.0, posinf=0.0)
-                    spread[name] = torch.maximum(spread[name], change) if name in spread else change
-    return noise, {name: change * SAFETY for name, change in spread.items()}
-
-
-def _reference_targets(case, check, dtype, perturb=None):
-    scope = materialise(case, device="cpu", dtype=dtype, perturb=perturb)
-    outputs = _call(check, check.expr, scope, REFERENCE, "cpu", dtype)
-    return _targets(check, scope, outputs, "cpu", dtype)
-
-
-def _comparable(a, b):
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.is_floating_point()
-            and b.is_floating_point() and a.shape == b.shape)
-
-
-def _max_change(a, b):
-    change = torch.nan_to_num((a.to(torch.float64) - b.to(torch.float64)).abs(), nan=0.0, posinf=0.0)
-    return float(change.max()) if change.numel() else 0.0
 
 
 def _stale_erratum(item, scope, functions, device):
@@ -276,12 +302,17 @@ def _stale_erratum(item, scope, functions, device):
     differs = item.check.erratum.differs
     if differs is None:
         return None
+    line = item.check.erratum.line
     try:
         outputs = _call(item.check, differs, scope, functions, device, item.case.dtype)
         values = _targets(item.check, scope, outputs, device, item.case.dtype)
-    except (_CallFailed, ExprError) as err:
-        return f"erratum: the correct computation `{differs.source}` could not be evaluated: {err}"
+    except (_Stop, _WrongResult, ExprError) as err:
+        message = err.message if isinstance(err, _Stop) else str(err)
+        return Failure("erratum", line, compare.Mismatch(
+            "erratum", f"the correct computation `{differs.source}` could not be evaluated: {message} "
+                       f"('differs' must compute the check's results, {', '.join(item.check.returns)}, the correct way)"))
     if _failures(item, values, device):
         return None
-    return (f"erratum is stale: the correct computation `{differs.source}` reproduces the printed values too, "
-            f"so the erratum note (line {item.check.erratum.line}) no longer explains anything")
+    return Failure("erratum", line, compare.Mismatch(
+        "erratum", f"erratum is stale: the correct computation `{differs.source}` reproduces the printed values "
+                   f"too, so the erratum note no longer explains anything"))

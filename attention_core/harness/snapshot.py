@@ -23,7 +23,7 @@ import struct
 import torch
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from attention_core.harness import compare
+from attention_core.harness import compare, tolerance
 
 FULL_LIMIT = 4096
 SAMPLE = 256
@@ -232,7 +232,7 @@ def _entry_mismatch(actual, expected):
         return f"dtype does not match: {actual['dtype']} != {expected['dtype']} (actual != snapshot)"
     if set(actual["elements"]) != set(expected["elements"]) or set(actual["slices"]) != set(expected["slices"]):
         return "the stored elements differ in layout: regenerate with --snapshot-update and review the diff"
-    rtol, atol = compare.default_tolerance(getattr(torch, expected["dtype"]))
+    rtol, atol = tolerance.default_tolerance(getattr(torch, expected["dtype"]))
     problem = _slice_mismatch(actual, expected, rtol, atol)
     if problem:
         return problem
@@ -256,7 +256,7 @@ def _plain_mismatch(kinds, actual, expected):
     (kind,) = kinds
     got, want = actual[kind], expected[kind]
     if kind == "number":
-        rtol, atol = compare.default_tolerance(torch.float32)
+        rtol, atol = tolerance.default_tolerance(torch.float32)
         g, w = float(_float(got)), float(_float(want))
         if g == w or (math.isnan(g) and math.isnan(w)) or abs(g - w) <= atol + rtol * abs(w):
             return None
@@ -292,6 +292,6 @@ def summary_guarantee(value):
     any ``d`` above that bound fails, whichever element it hits. Sampled elements are also
     checked at element tolerance.
     """
-    rtol, atol = compare.default_tolerance(value.dtype)
+    rtol, atol = tolerance.default_tolerance(value.dtype)
     slices, per = _slices(value.detach().cpu())
     return max(per * atol + rtol * float(s.to(torch.float64).abs().sum()) for s in slices)
