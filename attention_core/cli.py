@@ -47,8 +47,9 @@ def main(argv=None):
 README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"
 
 
-def inventory_command(folder, readme=None, out=sys.stdout):
+def inventory_command(folder, readme=None, out=None):
     """Print the inventory's disagreements with the case files, or its table; optionally write it."""
+    out = out or sys.stdout
     rows = inventory.load(folder)
     case_files = load_folder(folder)
     found = inventory.problems(rows, case_files)
@@ -65,11 +66,12 @@ def inventory_command(folder, readme=None, out=sys.stdout):
     return 0
 
 
-def check_command(folder, devices, verbose=False, out=sys.stdout):
+def check_command(folder, devices, verbose=False, out=None):
     """Run every check; print the per-document table (and failures); return the exit status.
 
     0 when every check passed, 1 when any failed or could not run, 2 on a harness error (a bug here).
     """
+    out = out or sys.stdout
     items = runner.collect(folder)
     if not items:
         print(f"no case files in {folder}", file=out)

@@ -19,6 +19,15 @@ def _call(item, scope, functions, device, dtype):
     return {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
 
 
+def _wide(value):
+    """A value moved to the CPU, floating tensors in float64, records (a Linear draw) field by field."""
+    if isinstance(value, torch.Tensor):
+        return value.to("cpu", torch.float64) if value.is_floating_point() else value.cpu()
+    if hasattr(value, "weight"):
+        return type(value)(**{k: _wide(v) for k, v in vars(value).items()})
+    return value
+
+
 def _max_error(value, golden):
     diff = (value.detach().to("cpu", torch.float64) - golden).abs()
     both_inf = torch.isinf(golden) & (value.detach().cpu().to(torch.float64) == golden)
@@ -27,8 +36,7 @@ def _max_error(value, golden):
 
 def test_low_precision_matches_float64_golden(graded_check, low_dtype, device):
     scope = runner.materialise(graded_check.case, device=device, dtype=low_dtype)
-    wide = {k: v.to("cpu", torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point()
-            else v.cpu() if isinstance(v, torch.Tensor) else v for k, v in scope.items()}
+    wide = {k: _wide(v) for k, v in scope.items()}
     golden = _call(graded_check, wide, torch_route.FUNCTIONS, "cpu", torch.float64)
     plain = _call(graded_check, scope, torch_route.FUNCTIONS, device, low_dtype)
     ours = _call(graded_check, scope, runner.REFERENCE, device, low_dtype)

@@ -106,7 +106,7 @@ def _run(item, functions, device, header):
     values = _targets(check, scope, outputs, device, case.dtype, failures)
     failures += _failures(item, values, device)
     if check.erratum is not None and not failures:
-        stale = _stale_erratum(item, scope, functions, device)
+        stale = _stale_erratum(item, scope, device)
         if stale:
             failures.append(stale)
     status = Status.FAILED if failures else Status.PASSED
@@ -297,14 +297,17 @@ def _numerics(item):
         return {}, {}
 
 
-def _stale_erratum(item, scope, functions, device):
-    """An erratum's correct computation must still miss the printed values, or the note is stale."""
+def _stale_erratum(item, scope, device):
+    """An erratum's correct computation must still miss the printed values, or the note is stale.
+
+    A statement about the document, so the reference core computes it, whatever is graded.
+    """
     differs = item.check.erratum.differs
     if differs is None:
         return None
     line = item.check.erratum.line
     try:
-        outputs = _call(item.check, differs, scope, functions, device, item.case.dtype)
+        outputs = _call(item.check, differs, scope, REFERENCE, device, item.case.dtype)
         values = _targets(item.check, scope, outputs, device, item.case.dtype)
     except (_Stop, _WrongResult, ExprError) as err:
         message = err.message if isinstance(err, _Stop) else str(err)

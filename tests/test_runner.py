@@ -1,0 +1,102 @@
+"""One check → one Result: the status says whose problem it is, and a grade lands on the function called."""
+
+import pytest
+
+from attention_core import reference, spec
+from attention_core.cli import main
+from attention_core.harness import compare, runner
+from attention_core.harness.results import Status
+
+ITEMS = [i for i in runner.collect(runner.default_cases_folder()) if i.error is None]
+GRADED = [i for i in ITEMS if i.check.kind == "call"]
+
+
+def _spies(calls):
+    def spy(name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return getattr(reference, name)(*args, **kwargs)
+        return call
+    return {name: spy(name) for name in spec.NAMES}
+
+
+@pytest.mark.parametrize("item", GRADED, ids=lambda i: i.id)
+def test_a_graded_call_calls_exactly_the_function_it_grades(item):
+    calls = []
+    assert runner.run(item, functions=_spies(calls)).passed
+    assert calls == [item.check.function]
+
+
+def test_nested_spec_calls_are_evaluated_with_the_reference():
+    item = next(i for i in GRADED if "causal_mask(8)" in i.check.expr.source and i.check.function == "softmax")
+    result = runner.run(item, functions={"softmax": reference.softmax})
+    assert result.status is Status.PASSED
+
+
+def test_a_missing_function_is_not_implemented_and_says_which():
+    item = next(i for i in GRADED if i.check.function == "causal_average")
+    result = runner.run(item, functions={"softmax": reference.softmax})
+    assert result.status is Status.NOT_IMPLEMENTED
+    assert result.message == "the implementation has no `causal_average`"
+    assert "not implemented: the implementation has no `causal_average`" in result.report
+
+
+def test_a_stub_raising_not_implemented_error_is_not_implemented():
+    def causal_average(x):
+        raise NotImplementedError("write me")
+    item = next(i for i in GRADED if i.check.function == "causal_average")
+    assert runner.run(item, functions={"causal_average": causal_average}).status is Status.NOT_IMPLEMENTED
+
+
+def test_an_implementation_that_raises_keeps_its_exception_and_its_own_traceback_lines():
+    def causal_average(x):
+        return helper(x)
+
+    def helper(x):
+        raise ValueError("oops")
+
+    item = next(i for i in GRADED if i.check.function == "causal_average")
+    result = runner.run(item, functions={"causal_average": causal_average})
+    assert result.status is Status.IMPLEMENTATION_ERROR
+    assert result.message == "`causal_average` raised ValueError: oops"
+    assert "in helper" in result.details and "raise ValueError" in result.details
+    assert "attention_core/harness" not in result.details  # the harness's own frames are left out
+
+
+def test_a_wrong_result_structure_is_a_failed_check_not_an_error():
+    item = next(i for i in GRADED if i.check.function == "attention")
+    result = runner.run(item, functions={"attention": lambda q, k, v, mask=None, scale=None: q})
+    assert result.status is Status.FAILED
+    assert "must return 2 values (output, weights)" in result.report
+
+
+def test_a_result_in_another_dtype_fails_naming_the_dtypes():
+    item = next(i for i in GRADED if i.check.function == "layer_norm")
+    result = runner.run(item, functions={"layer_norm": lambda x, eps=1e-5: reference.layer_norm(x.double(), eps)})
+    assert result.status is Status.FAILED
+    assert "dtype does not match: torch.float64 != torch.float32" in result.report
+
+
+def test_failures_carry_their_tensors_for_drawing():
+    item = next(i for i in ITEMS if i.id == "000_attention_explained/version3_p_attn/p_attn")
+    inverted = lambda q, k, v, mask=None, scale=None: reference.attention(q, k, v, ~mask, scale)  # noqa: E731
+    result = runner.run(item, functions={"attention": inverted})
+    failure = next(f for f in result.failures if f.target == "weights")
+    expected, actual, allowed, shown = failure.dense()
+    assert expected.shape == actual.shape == allowed.shape == shown.shape == (8, 8)
+    assert shown.all() and float(expected[0, 1]) == 0.0 and float(actual[0, 1]) > 0.0
+    assert failure.mismatch.index is not None and failure.line > 0
+
+
+def test_a_bug_of_the_harness_is_a_harness_error_and_the_cli_exits_2(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+    monkeypatch.setattr(compare, "compare_printed", broken)
+    item = next(i for i in ITEMS if i.id == "001_self_attention/four_by_four/softmax")
+    result = runner.run(item)
+    assert result.status is Status.HARNESS_ERROR and "ZeroDivisionError: a bug" in result.message
+    assert main(["--device", "cpu"]) == 2
+    out = capsys.readouterr().out
+    assert "HARNESS ERROR" in out and "Traceback" not in out
+    assert main(["--device", "cpu", "-v"]) == 2
+    assert "Traceback (most recent call last)" in capsys.readouterr().out
