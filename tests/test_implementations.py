@@ -6,6 +6,7 @@ check that needs a function the submission lacks shows it.
 
 import pytest
 
+from attention_core import spec
 from attention_core.harness import runner
 from implementations import EMPTY, SOFTMAX_ONLY, STYLES
 
@@ -63,8 +64,6 @@ def test_a_missing_function_fails_its_checks_as_not_implemented(submission, item
 
 
 def test_every_spec_function_is_graded_somewhere_and_each_style_implements_them_all():
-    from attention_core import spec
-
     assert {item.check.function for item in GRADED} == set(spec.GRADED)
     for style, functions in STYLES.items():
         assert set(functions) == set(spec.NAMES), style
