@@ -8,6 +8,7 @@ import torch
 from attention_core import reference
 from attention_core.harness import compare, runner, tolerance
 from attention_core.harness.tensor_text import parse_tensor
+from implementations import attention_wrong_axis, inverted_mask, no_scale, softmax_wrong_axis
 
 CASES = runner.default_cases_folder()
 F32_EPS = torch.finfo(torch.float32).eps
@@ -120,33 +121,12 @@ def test_rounding_of_printed_inputs_is_propagated(monkeypatch):
         tolerance.NUMERICS.clear()
 
 
-def _no_scale(q, k, v, mask=None, scale=None):
-    return reference.attention(q, k, v, mask=mask, scale=1.0 if scale is None else scale)
-
-
-def _softmax_wrong_axis(x, dim=-1):
-    return reference.softmax(x, dim=-2 if x.ndim > 1 else dim)
-
-
-def _attention_wrong_axis(q, k, v, mask=None, scale=None):
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
-    weights = torch.softmax(scores, dim=-2)
-    return weights @ v, weights
-
-
-def _inverted_mask(q, k, v, mask=None, scale=None):
-    return reference.attention(q, k, v, mask=~mask if mask is not None else None, scale=scale)
-
-
 @pytest.mark.parametrize(("mistake", "functions", "caught_by"), [
-    ("no 1/sqrt(d_k)", {"attention": _no_scale}, "002_attention_mechanism/attention_value_T/attention_xxx"),
-    ("softmax over the wrong axis", {"softmax": _softmax_wrong_axis}, "001_self_attention/four_by_four/softmax"),
-    ("attention softmax over the wrong axis", {"attention": _attention_wrong_axis},
+    ("no 1/sqrt(d_k)", {"attention": no_scale}, "002_attention_mechanism/attention_value_T/attention_xxx"),
+    ("softmax over the wrong axis", {"softmax": softmax_wrong_axis}, "001_self_attention/four_by_four/softmax"),
+    ("attention softmax over the wrong axis", {"attention": attention_wrong_axis},
      "000_attention_explained/version3_p_attn/p_attn"),
-    ("inverted mask", {"attention": _inverted_mask}, "000_attention_explained/version3_p_attn/p_attn"),
+    ("inverted mask", {"attention": inverted_mask}, "000_attention_explained/version3_p_attn/p_attn"),
 ])
 def test_tolerance_never_swallows_a_real_mistake(mistake, functions, caught_by):
     item = _item(caught_by)
