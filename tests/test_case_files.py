@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from attention_core.harness import runner
-from attention_core.harness import cases as cases_module
-from attention_core.harness.cases import CaseError, load_file
+from attention_core.harness.cases import load_file
+from attention_core.harness.fields import FieldError, literal
 
 GOOD = """\
 document: {title: A test document}
@@ -210,7 +210,7 @@ def test_case_level_problems_name_the_line_and_the_problem(tmp_path, body, line,
     err = _error(tmp_path, _case(body))
     assert words in err.message
     assert err.line == line, (err.line, err.message)
-    assert str(err).startswith(f"{tmp_path.name}/case.yaml:{line}: ") or f"case.yaml:{line}: " in str(err)
+    assert str(err).startswith(f"{err.path}:{line}: ") or str(err).startswith(f"{err.path}:{line}:{err.column}: ")
 
 
 def test_a_malformed_case_fails_alone_and_its_neighbours_still_run(tmp_path):
@@ -237,7 +237,7 @@ def test_pytest_reports_a_malformed_file_as_one_failing_item_with_file_and_line(
                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
     assert "1 failed, 1 passed" in run.stdout, run.stdout
     assert "b_ragged/good/invalid" in run.stdout
-    assert "b_ragged.yaml:12: " in run.stdout and "ragged" in run.stdout
+    assert "b_ragged.yaml:12:21: " in run.stdout and "ragged" in run.stdout
 
 
 NUMBERS = """\
@@ -279,7 +279,8 @@ def test_a_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path):
     text = _case("- id: bomb\n  inputs:\n" + "\n".join(line[2:] for line in levels)
                  + "\n  checks: [{id: c, expr: l8, expect: {out: [1.0]}}]\n")
     err = _error(tmp_path, text)
-    assert "a literal of 10000000 elements; the limit is 1048576" in err.message
+    assert (err.line, err.column) == (10, 11)  # l6: the first whose aliases expand past the limit
+    assert "YAML aliases expand this value to more than 1000000 values" in err.message
 
 
 def test_an_unreadable_file_or_a_folder_named_yaml_fails_alone(tmp_path):
@@ -291,20 +292,20 @@ def test_an_unreadable_file_or_a_folder_named_yaml_fails_alone(tmp_path):
     outcome = {item.id: runner.run(item) for item in items}
     assert sorted(outcome) == ["a_good/good/double", "b_bytes/invalid", "c_deep/invalid"]
     assert outcome["a_good/good/double"].passed
-    assert "the file could not be read: UnicodeDecodeError" in outcome["b_bytes/invalid"].report
+    assert "b_bytes.yaml:1:19: the file is not UTF-8 text: byte 0xff" in outcome["b_bytes/invalid"].report
     assert "c_deep.yaml:1: the file could not be read: nested too deeply" in outcome["c_deep/invalid"].report
 
 
 def test_a_list_ragged_below_its_first_row_is_refused_without_walking_an_alias_nest(tmp_path):
     err = _error(tmp_path, _case("- id: cousins\n  inputs: {a: [[[1]], [[1, 2]]]}\n"
                                  "  checks: [{id: c, expr: a, expect: {out: [1.0]}}]\n"))
-    assert err.message == "ragged list: row [1, 0] has 2 elements, row [0, 0] has 1"
+    assert err.message == "input 'a': ragged list: row [1, 0] has 2 elements, row [0, 0] has 1"
     nest = [1] * 10
     for _ in range(8):  # what YAML aliases build: one list referenced ten times, eight deep (10**9 leaves)
         nest = [nest] * 10
     deep_one = 1
     for _ in range(10):
         deep_one = [deep_one]
-    with pytest.raises(CaseError) as err:
-        cases_module._literal("x.yaml", [deep_one, nest], 1)
+    with pytest.raises(FieldError) as err:
+        literal([deep_one, nest])
     assert err.value.message.startswith("ragged list: row [1] has 10 elements")

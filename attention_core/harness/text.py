@@ -1,0 +1,41 @@
+"""Quoting file content in a message: short, and with control characters made visible.
+
+A case file is untrusted text. A value quoted in full can be megabytes (a YAML alias nest),
+and a raw escape sequence can clear a terminal or fake a table; every message that quotes a
+file's content passes it through :func:`shorten` (values) or :func:`escape` (text).
+"""
+
+import reprlib
+
+_REPR = reprlib.Repr()  # bounded: never walks more of a nested value than it shows
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 200, 200, 60
+
+
+def escape(text):
+    """``text`` with every non-printable character (ESC, newline, tab, bidi marks...) shown as an escape."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(char):
+    code = ord(char)
+    if char in "\n\t\r":
+        return repr(char)[1:-1]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def shorten(value, limit=80):
+    """A value to quote in a message: ``repr`` for non-text, escaped, cut to ``limit`` characters."""
+    shown = value if isinstance(value, str) else _REPR.repr(value)
+    shown = escape(shown)
+    if len(shown) > limit:
+        shown = shown[:limit - 1] + "…"
+    return shown
+
+
+def quote(value, limit=80):
+    """:func:`shorten`, in quotes: ``'text'``; non-text as its (short) repr."""
+    return f"'{shorten(value, limit)}'" if isinstance(value, str) else shorten(value, limit)
