@@ -544,12 +544,22 @@ class Envelope(CaseFileModel):
 
 def json_schema():
     """The JSON Schema of a case file as a person writes it, short forms included."""
-    schema = CaseFileModel.model_json_schema()
-    schema["$defs"]["Numbers"] = NUMBERS_SCHEMA
+    schema = _numbers_ref(CaseFileModel.model_json_schema())
+    schema["$defs"]["Numbers"] = _numbers_ref(NUMBERS_SCHEMA)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "case-file.schema.json",
             "description": "A case file of attention-core: worked examples of one document as checked cases "
                            "(see README.md, 'Case files').", **schema}
+
+
+def _numbers_ref(schema):
+    if isinstance(schema, dict):
+        if schema.get("x-numbers"):
+            return {"$ref": "#/$defs/Numbers"}
+        return {k: _numbers_ref(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_numbers_ref(v) for v in schema]
+    return schema
 
 
 if __name__ == "__main__":
