@@ -12,6 +12,7 @@ import torch
 
 from attention_core.harness import inventory, runner
 from attention_core.harness.cases import load_folder
+from attention_core.harness.text import escape
 
 
 def main(argv=None):
@@ -71,7 +72,7 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
         return 1
     rows, failures = {}, []
     for item in items:
-        row = rows.setdefault(item.file.name, {"title": item.file.document.title if item.file.document else "",
+        row = rows.setdefault(item.file.name, {"title": escape(item.file.document.title) if item.file.document else "",
                                                "passed": 0, "failed": 0, "skipped": 0})
         for device in devices if item.error is None else [None]:
             if device == "cuda" and not torch.cuda.is_available():
@@ -89,7 +90,7 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
         print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
               f"(checked that way; -v gives the notes):", file=out)
         for item in errata:
-            print(f"  {item.id} ({item.location})" + (f": {item.check.erratum.note}" if verbose else ""), file=out)
+            print(f"  {item.id} ({item.location})" + (f": {escape(item.check.erratum.note)}" if verbose else ""), file=out)
     for report in failures:
         print("\nFAILED " + (report if verbose else report.split("\n", 1)[0]), file=out)
     if failures and not verbose:

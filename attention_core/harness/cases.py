@@ -112,7 +112,7 @@ def _position(tree, loc, *, key=False, inner=(None, None)):
     line, column = yaml_lines.locate(tree, loc, key=key)
     inner_line, inner_column = inner
     if inner_line is None:
-        return line, None if inner_column is None else column
+        return line, column
     # A block scalar keeps its lines (each indented alike); a flow scalar folds them, so only its first is known.
     text = _value_at(tree, loc)
     if inner_line > 1 and not (isinstance(text, str) and "\n" in text.rstrip("\n")):
