@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.harness import runner
+from attention_core.harness import model, runner
 from attention_core.harness.cases import load_file
 from attention_core.harness.fields import FieldError, literal
 
@@ -309,3 +309,87 @@ def test_a_list_ragged_below_its_first_row_is_refused_without_walking_an_alias_n
     with pytest.raises(FieldError) as err:
         literal([deep_one, nest])
     assert err.value.message.startswith("ragged list: row [1] has 10 elements")
+
+
+GRADED = """\
+document: {title: Grading}
+defaults: {points: 2, visibility: after_due_date}
+cases:
+  - id: scored
+    points: 3
+    inputs:
+      x: [[1.0, 2.0]]
+      n: 3
+      t: "tensor([1., 2.])"
+      e: {expr: "x * 2"}
+    checks:
+      - id: default_call
+        call: softmax(x, dim=-1)
+        expect: {"out.sum()": 1.0, out: "torch.Size([1, 2])"}
+      - id: own
+        call: softmax(x, dim=-1)
+        points: 0.5
+        visibility: hidden
+        expect: {out: {oracle: "softmax(x, dim=-1)"}}
+      - id: arithmetic
+        expr: x * n
+        expect: {out: {values: [[3.0, 6.0]], rtol: 0, atol: 0}}
+  - id: from_the_file
+    inputs: {x: [1.0]}
+    checks:
+      - id: call
+        call: softmax(x, dim=0)
+        expect: {out: [1.0]}
+"""
+
+
+def test_points_and_visibility_default_from_the_case_then_the_file(tmp_path):
+    loaded = load_file(_write(tmp_path, GRADED))
+    assert loaded.errors == ()
+    first, second = loaded.cases
+    got = [(c.id, c.points, c.visibility) for case in loaded.cases for c in case.checks]
+    assert got == [("default_call", 3.0, "after_due_date"), ("own", 0.5, "hidden"),
+                   ("arithmetic", 0.0, "after_due_date"), ("call", 2.0, "after_due_date")]
+    assert [type(i).__name__ for i in first.inputs.values()] == ["LiteralInput", "NumberInput", "PrintedInput",
+                                                                  "ExprInput"]
+    kinds = [type(e) for c in first.checks for e in c.expectations]
+    assert kinds == [model.ValuesExpectation, model.ShapeExpectation, model.OracleExpectation,
+                     model.ValuesExpectation]
+    assert isinstance(first.checks[0], model.CallCheck) and isinstance(first.checks[2], model.ExprCheck)
+    assert first.checks[0].function == "softmax" and first.checks[2].function is None
+    assert all(runner.run(item).passed for item in runner.collect(tmp_path))
+
+
+@pytest.mark.parametrize(("change", "line", "words"), [
+    (("expr: x * n", "expr: x * n\n        points: 1"), 22,
+     "an 'expr' check is never graded, so it has no points"),
+    (("visibility: hidden", "visibility: secret"), 18,
+     "'visibility' must be one of 'visible', 'hidden', 'after_due_date' or 'after_published', got 'secret'"),
+    (("points: 0.5", "points: -1"), 17, "points must be a finite number ≥ 0, got -1"),
+    (("expect: {out: [1.0]}", "expct: {out: [1.0]}"), 28,
+     "unknown key 'expct' in a check; expected one of call, erratum, expect, expr, id, note, points, returns, "
+     "source, visibility"),
+    (("{oracle: \"softmax(x, dim=-1)\"}", "{oracle: \"softmax(x, dim=-1)\", partial: true}"), 19,
+     "expectation for 'out': unknown key 'partial' in an oracle expectation; expected one of atol, note, oracle, rtol"),
+])
+def test_grading_fields_and_unknown_keys_are_refused_at_their_line(tmp_path, change, line, words):
+    err = _error(tmp_path, GRADED.replace(*change))
+    assert err.line == line and words in err.message, (err.line, err.message)
+
+
+@pytest.mark.parametrize(("erratum", "words"), [
+    ('{note: "n", differs: "attention(x, x, x)"}',
+     "erratum 'differs' must be a call of the same spec function as the check, softmax(...), so that it returns "
+     "the call's results (out); got `attention(x, x, x)`"),
+    ('{note: "n", differs: "softmax(y, dim=0)"}', "erratum 'differs' `softmax(y, dim=0)` uses 'y', which is not defined"),
+])
+def test_an_erratum_differs_is_held_to_the_spec_rule_at_its_line(tmp_path, erratum, words):
+    text = GRADED.replace("        expect: {out: [1.0]}", f"        erratum: {erratum}\n        expect: {{out: [1.0]}}")
+    err = _error(tmp_path, text)
+    assert err.line == 28 and words in err.message, (err.line, err.message)
+
+
+def test_an_expr_checks_erratum_calls_no_spec_function(tmp_path):
+    text = GRADED.replace("expr: x * n", "expr: x * n\n        erratum: {note: n, differs: 'softmax(x, dim=0)'}")
+    err = _error(tmp_path, text)
+    assert err.line == 22 and "erratum 'differs' of an 'expr' check is the document's own arithmetic" in err.message
