@@ -12,9 +12,8 @@ from pathlib import Path
 import pydantic
 
 from attention_core.harness import yaml_lines
-from attention_core.harness.fields import DTYPES, ID, MAX_CASE_ELEMENTS, MAX_LITERAL, FieldError  # noqa: F401
-from attention_core.harness.model import (Case, CaseFileModel, Check, Document, Envelope,  # noqa: F401
-                                          Erratum, Source)
+from attention_core.harness.fields import ID, FieldError
+from attention_core.harness.model import Case, Document, Envelope
 from attention_core.harness.scope import Misplaced
 from attention_core.harness.text import quote, shorten
 from attention_core.harness.yaml_lines import CaseError  # noqa: F401 (re-exported)
