@@ -393,3 +393,11 @@ def test_an_expr_checks_erratum_calls_no_spec_function(tmp_path):
     text = GRADED.replace("expr: x * n", "expr: x * n\n        erratum: {note: n, differs: 'softmax(x, dim=0)'}")
     err = _error(tmp_path, text)
     assert err.line == 22 and "erratum 'differs' of an 'expr' check is the document's own arithmetic" in err.message
+
+
+def test_a_file_past_the_size_limit_is_refused_unread(tmp_path):
+    _write(tmp_path, GOOD, "a_good.yaml")
+    (tmp_path / "b_huge.yaml").write_text("# " + "x" * 2**24 + "\n" + GOOD, encoding="utf-8")
+    outcome = {item.id: runner.run(item) for item in runner.collect(tmp_path)}
+    assert outcome["a_good/good/double"].passed
+    assert f"b_huge.yaml:1: the file is {2**24 + 241} bytes; the limit is 16777216" in outcome["b_huge/invalid"].report

@@ -12,6 +12,7 @@ import yaml
 from attention_core.harness.text import escape, shorten
 
 MAX_NODES = 10**6  # nodes of the document with every alias expanded
+MAX_BYTES = 2**24  # a case file of 16 MiB is far past any document's worked examples
 _MERGE = "tag:yaml.org,2002:merge"
 
 
@@ -140,6 +141,8 @@ _Loader.add_constructor(None, _unknown_tag)
 def read(path, shown):
     """The YAML of the file ``path`` as Map, Seq and scalars; raises :class:`CaseError` at ``shown``."""
     try:
+        if path.stat().st_size > MAX_BYTES:
+            raise CaseError(shown, 1, f"the file is {path.stat().st_size} bytes; the limit is {MAX_BYTES}")
         data = path.read_bytes()
     except OSError as err:
         raise CaseError(shown, 1, f"the file could not be read: {type(err).__name__}: {shorten(str(err))}") from None
