@@ -90,7 +90,7 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
         print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
               f"(checked that way; -v gives the notes):", file=out)
         for item in errata:
-            print(f"  {item.id} ({item.location})" + (f": {escape(item.check.erratum.note)}" if verbose else ""), file=out)
+            print(f"  {escape(item.id)} ({item.location})" + (f": {escape(item.check.erratum.note)}" if verbose else ""), file=out)
     for report in failures:
         print("\nFAILED " + (report if verbose else report.split("\n", 1)[0]), file=out)
     if failures and not verbose:
@@ -99,12 +99,12 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
 
 
 def _print_table(rows, out):
-    width = max(len(f"{name}  {row['title']}") for name, row in rows.items())
+    width = max(len(f"{escape(name)}  {row['title']}") for name, row in rows.items())
     width = max(width, len("document"))
     print(f"{'document':<{width}}  {'passed':>6}  {'failed':>6}  {'skipped':>7}", file=out)
     totals = {"passed": 0, "failed": 0, "skipped": 0}
     for name, row in rows.items():
-        label = f"{name}  {row['title']}"
+        label = f"{escape(name)}  {row['title']}"
         print(f"{label:<{width}}  {row['passed']:>6}  {row['failed']:>6}  {row['skipped']:>7}", file=out)
         for key in totals:
             totals[key] += row[key]

@@ -97,6 +97,7 @@ VALID = {
               expect: {out: [[3, 6], [9, 12]]}
         """),
     "ansi_title": "document: {title: \"\\e[2J\\e[HAll passed\"}\ncases:\n  - id: c\n" + _CHECK,
+    "ansi\x1b[2Jname": _case("- id: c\n" + _CHECK[2:]),  # a file name, shown escaped too
 }
 
 _PROBE = """
@@ -139,14 +140,14 @@ def test_the_folder_is_checked_within_the_limits_without_a_traceback(checked):
     assert "Traceback" not in run.stdout.decode() + run.stderr.decode()
     assert len(run.stdout) < MAX_OUTPUT
     assert b"\x1b" not in run.stdout  # an escape in a title or an expression is shown, never sent
-    assert "\\x1b[2J\\x1b[HAll passed" in run.stdout.decode()
+    assert "\\x1b[2J\\x1b[HAll passed" in run.stdout.decode() and "ansi\\x1b[2Jname" in run.stdout.decode()
 
 
 def test_the_valid_neighbours_still_run_and_pass(checked):
     _, found = checked
     passed = {i: v[0] for i, v in found.items() if i.split("/")[0] in ("a_good", *VALID)}
     assert passed == {"a_good/good/double": True, "date_note/c/c": True, "merge/c/one": True,
-                      "merge/c/two": True, "ansi_title/c/c": True}
+                      "merge/c/two": True, "ansi_title/c/c": True, "ansi\x1b[2Jname/c/c": True}
 
 
 @pytest.mark.parametrize("name", HOSTILE)

@@ -17,6 +17,7 @@ from attention_core.harness import compare
 from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import ExprError
 from attention_core.harness.inputs import has_rounded_inputs, materialise
+from attention_core.harness.text import escape
 
 # Printed inputs are rounded: their rounding is propagated by re-running a check in
 # float64 with every printed input moved within ±half its printed unit, PERTURBATIONS
@@ -67,8 +68,8 @@ class LoadError:
 
 def _shown(path):
     if path.is_absolute() and path.is_relative_to(Path.cwd()):
-        return path.relative_to(Path.cwd())
-    return path
+        path = path.relative_to(Path.cwd())
+    return escape(path)  # a file's name may hold control characters
 
 
 @dataclass

@@ -27,7 +27,7 @@ class CaseError(Exception):
     @property
     def where(self):
         """``path:line`` or ``path:line:column``."""
-        return f"{self.path}:{self.line}" + (f":{self.column}" if self.column else "")
+        return f"{escape(self.path)}:{self.line}" + (f":{self.column}" if self.column else "")
 
     def at(self, path, case_id=None):
         """This error, in the file ``path`` (and the case ``case_id``)."""
