@@ -14,6 +14,7 @@ from attention_core.harness import inventory, runner
 from attention_core.harness.results import Status, one_line, render
 from attention_core.harness.text import escape
 from attention_core.harness.cases import load_folder
+from attention_core.harness.text import escape
 
 
 def main(argv=None):

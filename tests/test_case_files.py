@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.harness import runner
-from attention_core.harness import cases as cases_module
-from attention_core.harness.cases import CaseError, load_file
+from attention_core.harness import model, runner
+from attention_core.harness.cases import load_file
+from attention_core.harness.fields import FieldError, literal
 
 GOOD = """\
 document: {title: A test document}
@@ -210,7 +210,7 @@ def test_case_level_problems_name_the_line_and_the_problem(tmp_path, body, line,
     err = _error(tmp_path, _case(body))
     assert words in err.message
     assert err.line == line, (err.line, err.message)
-    assert str(err).startswith(f"{tmp_path.name}/case.yaml:{line}: ") or f"case.yaml:{line}: " in str(err)
+    assert str(err).startswith(f"{err.path}:{line}: ") or str(err).startswith(f"{err.path}:{line}:{err.column}: ")
 
 
 def test_a_malformed_case_fails_alone_and_its_neighbours_still_run(tmp_path):
@@ -237,7 +237,7 @@ def test_pytest_reports_a_malformed_file_as_one_failing_item_with_file_and_line(
                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
     assert "1 failed, 1 passed" in run.stdout, run.stdout
     assert "b_ragged/good/invalid" in run.stdout
-    assert "b_ragged.yaml:12: " in run.stdout and "ragged" in run.stdout
+    assert "b_ragged.yaml:12:21: " in run.stdout and "ragged" in run.stdout
 
 
 NUMBERS = """\
@@ -279,7 +279,8 @@ def test_a_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path):
     text = _case("- id: bomb\n  inputs:\n" + "\n".join(line[2:] for line in levels)
                  + "\n  checks: [{id: c, expr: l8, expect: {out: [1.0]}}]\n")
     err = _error(tmp_path, text)
-    assert "a literal of 10000000 elements; the limit is 1048576" in err.message
+    assert (err.line, err.column) == (10, 11)  # l6: the first whose aliases expand past the limit
+    assert "YAML aliases expand this value to more than 1000000 values" in err.message
 
 
 def test_an_unreadable_file_or_a_folder_named_yaml_fails_alone(tmp_path):
@@ -291,20 +292,112 @@ def test_an_unreadable_file_or_a_folder_named_yaml_fails_alone(tmp_path):
     outcome = {item.id: runner.run(item) for item in items}
     assert sorted(outcome) == ["a_good/good/double", "b_bytes/invalid", "c_deep/invalid"]
     assert outcome["a_good/good/double"].passed
-    assert "the file could not be read: UnicodeDecodeError" in outcome["b_bytes/invalid"].report
+    assert "b_bytes.yaml:1:19: the file is not UTF-8 text: byte 0xff" in outcome["b_bytes/invalid"].report
     assert "c_deep.yaml:1: the file could not be read: nested too deeply" in outcome["c_deep/invalid"].report
 
 
 def test_a_list_ragged_below_its_first_row_is_refused_without_walking_an_alias_nest(tmp_path):
     err = _error(tmp_path, _case("- id: cousins\n  inputs: {a: [[[1]], [[1, 2]]]}\n"
                                  "  checks: [{id: c, expr: a, expect: {out: [1.0]}}]\n"))
-    assert err.message == "ragged list: row [1, 0] has 2 elements, row [0, 0] has 1"
+    assert err.message == "input 'a': ragged list: row [1, 0] has 2 elements, row [0, 0] has 1"
     nest = [1] * 10
     for _ in range(8):  # what YAML aliases build: one list referenced ten times, eight deep (10**9 leaves)
         nest = [nest] * 10
     deep_one = 1
     for _ in range(10):
         deep_one = [deep_one]
-    with pytest.raises(CaseError) as err:
-        cases_module._literal("x.yaml", [deep_one, nest], 1)
+    with pytest.raises(FieldError) as err:
+        literal([deep_one, nest])
     assert err.value.message.startswith("ragged list: row [1] has 10 elements")
+
+
+GRADED = """\
+document: {title: Grading}
+defaults: {points: 2, visibility: after_due_date}
+cases:
+  - id: scored
+    points: 3
+    inputs:
+      x: [[1.0, 2.0]]
+      n: 3
+      t: "tensor([1., 2.])"
+      e: {expr: "x * 2"}
+    checks:
+      - id: default_call
+        call: softmax(x, dim=-1)
+        expect: {"out.sum()": 1.0, out: "torch.Size([1, 2])"}
+      - id: own
+        call: softmax(x, dim=-1)
+        points: 0.5
+        visibility: hidden
+        expect: {out: {oracle: "softmax(x, dim=-1)"}}
+      - id: arithmetic
+        expr: x * n
+        expect: {out: {values: [[3.0, 6.0]], rtol: 0, atol: 0}}
+  - id: from_the_file
+    inputs: {x: [1.0]}
+    checks:
+      - id: call
+        call: softmax(x, dim=0)
+        expect: {out: [1.0]}
+"""
+
+
+def test_points_and_visibility_default_from_the_case_then_the_file(tmp_path):
+    loaded = load_file(_write(tmp_path, GRADED))
+    assert loaded.errors == ()
+    first, second = loaded.cases
+    got = [(c.id, c.points, c.visibility) for case in loaded.cases for c in case.checks]
+    assert got == [("default_call", 3.0, "after_due_date"), ("own", 0.5, "hidden"),
+                   ("arithmetic", 0.0, "after_due_date"), ("call", 2.0, "after_due_date")]
+    assert [type(i).__name__ for i in first.inputs.values()] == ["LiteralInput", "NumberInput", "PrintedInput",
+                                                                  "ExprInput"]
+    kinds = [type(e) for c in first.checks for e in c.expectations]
+    assert kinds == [model.ValuesExpectation, model.ShapeExpectation, model.OracleExpectation,
+                     model.ValuesExpectation]
+    assert isinstance(first.checks[0], model.CallCheck) and isinstance(first.checks[2], model.ExprCheck)
+    assert first.checks[0].function == "softmax" and first.checks[2].function is None
+    assert all(runner.run(item).passed for item in runner.collect(tmp_path))
+
+
+@pytest.mark.parametrize(("change", "line", "words"), [
+    (("expr: x * n", "expr: x * n\n        points: 1"), 22,
+     "an 'expr' check is never graded, so it has no points"),
+    (("visibility: hidden", "visibility: secret"), 18,
+     "'visibility' must be one of 'visible', 'hidden', 'after_due_date' or 'after_published', got 'secret'"),
+    (("points: 0.5", "points: -1"), 17, "points must be a finite number ≥ 0, got -1"),
+    (("expect: {out: [1.0]}", "expct: {out: [1.0]}"), 28,
+     "unknown key 'expct' in a check; expected one of call, erratum, expect, expr, id, note, points, returns, "
+     "source, visibility"),
+    (("{oracle: \"softmax(x, dim=-1)\"}", "{oracle: \"softmax(x, dim=-1)\", partial: true}"), 19,
+     "expectation for 'out': unknown key 'partial' in an oracle expectation; expected one of atol, note, oracle, rtol"),
+])
+def test_grading_fields_and_unknown_keys_are_refused_at_their_line(tmp_path, change, line, words):
+    err = _error(tmp_path, GRADED.replace(*change))
+    assert err.line == line and words in err.message, (err.line, err.message)
+
+
+@pytest.mark.parametrize(("erratum", "words"), [
+    ('{note: "n", differs: "attention(x, x, x)"}',
+     "erratum 'differs' must be a call of the same spec function as the check, softmax(...), so that it returns "
+     "the call's results (out); got `attention(x, x, x)`"),
+    ('{note: "n", differs: "softmax(y, dim=0)"}', "erratum 'differs' `softmax(y, dim=0)` uses 'y', which is not defined"),
+])
+def test_an_erratum_differs_is_held_to_the_spec_rule_at_its_line(tmp_path, erratum, words):
+    text = GRADED.replace("        expect: {out: [1.0]}", f"        erratum: {erratum}\n        expect: {{out: [1.0]}}")
+    err = _error(tmp_path, text)
+    assert err.line == 28 and words in err.message, (err.line, err.message)
+
+
+def test_an_expr_checks_erratum_calls_no_spec_function(tmp_path):
+    text = GRADED.replace("expr: x * n", "expr: x * n\n        erratum: {note: n, differs: 'softmax(x, dim=0)'}")
+    err = _error(tmp_path, text)
+    assert err.line == 22 and "erratum 'differs' of an 'expr' check is the document's own arithmetic" in err.message
+
+
+def test_a_file_past_the_size_limit_is_refused_unread(tmp_path):
+    _write(tmp_path, GOOD, "a_good.yaml")
+    (tmp_path / "b_huge.yaml").write_text("# " + "x" * 2**24 + "\n" + GOOD, encoding="utf-8")
+    outcome = {item.id: runner.run(item) for item in runner.collect(tmp_path)}
+    assert outcome["a_good/good/double"].passed
+    assert f"b_huge.yaml:1: the file is {2**24 + 241} bytes; the limit is 16777216" in outcome["b_huge/invalid"].report

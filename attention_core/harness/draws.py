@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import torch
 
+from attention_core.harness.text import shorten as _short
+
 KINDS = ("randn", "rand", "randint", "embedding", "linear")
 FLOATING = ("randn", "rand", "embedding", "linear")  # drawn in a floating dtype
 MAX_ELEMENTS = 2**26
@@ -48,17 +50,18 @@ def _linear(fan_in, fan_out, bias, generator, dtype):
     return SimpleNamespace(weight=weight, bias=b)
 
 
-def check_spec(kind, args):
+def check_spec(kind, args, *, limit=MAX_ELEMENTS):
     """Normalise a case file's draw arguments; raise ValueError saying what is wrong.
 
     Accepted forms (a list gives the positional arguments of the torch call):
     ``randn: [4, 8, 2]``; ``rand: [64, 32]``; ``randint: [0, 10, [3, 2]]`` or
     ``{low: 0, high: 10, size: [3, 2]}``; ``embedding: [22, 64]``;
-    ``linear: [2, 3]`` or ``{in_features: 2, out_features: 3, bias: false}``.
+    ``linear: [2, 3]`` or ``{in_features: 2, out_features: 3, bias: false}``. A draw of more than
+    ``limit`` elements, or with a size of 2**31 or more (which torch cannot index), is refused.
     """
     if kind in ("randn", "rand"):
         size = args.get("size") if isinstance(args, dict) else args
-        return {"size": _size(size, kind)}
+        return {"size": _size(size, kind, limit)}
     names = {
         "randint": ("low", "high", "size"),
         "embedding": ("num_embeddings", "embedding_dim"),
@@ -76,33 +79,37 @@ def check_spec(kind, args):
     unknown = set(args) - set(names)
     missing = set(names) - set(args)
     if unknown or missing:
-        raise ValueError(f"{kind} takes {', '.join(names)}" + (f"; unknown: {', '.join(sorted(map(str, unknown)))}" if unknown else "")
+        raise ValueError(f"{kind} takes {', '.join(names)}" + (f"; unknown: {_short(', '.join(sorted(map(str, unknown))))}" if unknown else "")
                          + (f"; missing: {', '.join(sorted(missing))}" if missing else ""))
     for name in names:
         value = args[name]
         if name == "size":
-            args[name] = _size(value, kind)
+            args[name] = _size(value, kind, limit)
         elif name == "bias":
             if not isinstance(value, bool):
                 raise ValueError(f"{kind}: bias must be true or false")
-        elif not _is_int(value) or (value < 0 and kind != "randint"):
-            raise ValueError(f"{kind}: {name} must be a whole number, got {value!r}")
+        elif not _is_int(value) or (value < 0 and kind != "randint") or (kind != "randint" and value >= 2**31):
+            raise ValueError(f"{kind}: {name} must be a whole number below 2**31, got {_short(value)}")
     if kind == "randint" and args["low"] >= args["high"]:
         raise ValueError(f"randint: low ({args['low']}) must be below high ({args['high']})")
     if kind == "randint" and not -(2**63) <= args["low"] < args["high"] <= 2**63 - 1:
         raise ValueError("randint: low and high must fit in int64")
     sizes = {"embedding": ("num_embeddings", "embedding_dim"), "linear": ("in_features", "out_features")}
-    if kind in sizes and math.prod(args[n] for n in sizes[kind]) > MAX_ELEMENTS:
-        raise ValueError(f"{kind}: more than 2**26 elements")
+    if kind in sizes and math.prod(args[n] for n in sizes[kind]) > limit:
+        raise ValueError(f"{kind}: more than {_count(limit)} elements")
     return args
 
 
-def _size(size, kind):
-    if not isinstance(size, list) or not all(_is_int(n) and n >= 0 for n in size):
-        raise ValueError(f"{kind}: size must be a list of whole numbers, got {size!r}")
-    if math.prod(size) > MAX_ELEMENTS:
-        raise ValueError(f"{kind}: size {size} has more than 2**26 elements")
+def _size(size, kind, limit):
+    if not isinstance(size, list) or not all(_is_int(n) and 0 <= n < 2**31 for n in size):
+        raise ValueError(f"{kind}: size must be a list of whole numbers from 0 to 2**31 - 1, got {_short(size)}")
+    if math.prod(size) > limit:  # a zero size does not excuse the others: each is checked above
+        raise ValueError(f"{kind}: size {_short(size)} has more than {_count(limit)} elements")
     return tuple(size)
+
+
+def _count(limit):
+    return f"2**{limit.bit_length() - 1}" if limit & (limit - 1) == 0 else str(limit)
 
 
 def _is_int(value):

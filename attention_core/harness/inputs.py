@@ -9,34 +9,59 @@ moved to the device.
 import torch
 
 from attention_core.harness import draws
+from attention_core.harness.fields import MAX_CASE_ELEMENTS
+from attention_core.harness.model import DrawInput, ExprInput, LiteralInput, NumberInput, PrintedInput, TokenIdsInput
+
+
+class BudgetError(ValueError):
+    """A case's inputs together take more elements than :data:`MAX_CASE_ELEMENTS`."""
 
 
 def materialise(case, *, device="cpu", dtype=None, perturb=None):
     """The case's inputs by name, on ``device``, floating ones in ``dtype`` (default: the case's).
 
     ``perturb`` (a CPU generator) moves every printed input to a random corner of its
-    ±half-printed-unit box: the rounding the print did, undone one way or another.
+    ±half-printed-unit box: the rounding the print did, undone one way or another. Raises
+    :class:`BudgetError` naming the input that takes the case past its element budget.
     """
     dtype = dtype or case.dtype
     generator = torch.Generator().manual_seed(case.seed) if case.seed is not None else None
-    scope = {}
-    for item in case.inputs:
-        if item.kind == "expr":
-            value = item.value.evaluate(scope, device=device, dtype=dtype)
-        elif item.kind == "draw":
-            kind, spec = item.value
-            value = draws.draw(kind, spec, generator, item.dtype or case.dtype)
-        elif item.kind == "printed":
-            value = _printed(item.value, perturb)
-        elif item.kind == "token_ids":
-            value = token_ids(**item.value)
-        elif isinstance(item.value, torch.Tensor) and item.value.dtype != torch.bool:
-            # Literal numbers are the case's dtype unless the input names one (ids: int64).
-            value = item.value.to(item.dtype or dtype)
-        else:
-            value = item.value
-        scope[item.name] = _place(value, device, dtype, keep=item.dtype is not None)
+    scope, total = {}, 0
+    for name, item in case.inputs.items():
+        value = _make(item, scope, generator, case.dtype, device, dtype, perturb)
+        total += _elements(value)
+        if total > MAX_CASE_ELEMENTS:
+            raise BudgetError(f"input {name!r} (line {item.line}) takes the case's inputs to {total} elements; "
+                              f"the budget is {MAX_CASE_ELEMENTS} for all of a case's inputs together")
+        scope[name] = _place(value, device, dtype, keep=getattr(item, "dtype", None) is not None)
     return scope
+
+
+def _make(item, scope, generator, case_dtype, device, dtype, perturb):
+    if isinstance(item, ExprInput):
+        return item.expr.evaluate(scope, device=device, dtype=dtype)
+    if isinstance(item, DrawInput):
+        return draws.draw(item.draw, item.spec, generator, item.dtype or case_dtype)
+    if isinstance(item, PrintedInput):
+        return _printed(item.printed, perturb)
+    if isinstance(item, TokenIdsInput):
+        return token_ids(item.token_ids.text, item.token_ids.lower, item.token_ids.remove)
+    if isinstance(item, LiteralInput) and item.tensor.dtype != torch.bool:
+        # Literal numbers are the case's dtype unless the input names one (ids: int64).
+        return item.tensor.to(item.dtype or dtype)
+    if isinstance(item, (LiteralInput, NumberInput)):
+        return item.value
+    raise TypeError(f"not an input: {type(item).__name__}")
+
+
+def _elements(value):
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if hasattr(value, "weight"):  # a Linear draw
+        return sum(_elements(v) for v in vars(value).values())
+    if isinstance(value, (tuple, list)):
+        return sum(_elements(v) for v in value)
+    return 1
 
 
 def token_ids(text, lower=False, remove=""):
@@ -54,7 +79,7 @@ def token_ids(text, lower=False, remove=""):
 
 def has_rounded_inputs(case):
     """Whether any input is a printed tensor with digits after the point (rounded when printed)."""
-    return any(i.kind == "printed" and bool((i.value.unit > 0).any()) for i in case.inputs)
+    return any(isinstance(i, PrintedInput) and bool((i.printed.unit > 0).any()) for i in case.inputs.values())
 
 
 def _printed(printed, perturb):

@@ -16,6 +16,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from attention_core.harness.model import PrintedInput
+
 STATUSES = ("encoded", "input", "not encodable")
 COLUMNS = ["cell", "variable", "status", "checks", "reason"]
 
@@ -66,7 +68,8 @@ def problems(rows, case_files):
             continue
         targets = {f"{case.id}/{check.id}:{e.target}" for case in case_file.cases for check in case.checks
                    for e in check.expectations}
-        inputs = {f"{case.id}:{i.name}" for case in case_file.cases for i in case.inputs if i.kind == "printed"}
+        inputs = {f"{case.id}:{name}" for case in case_file.cases for name, item in case.inputs.items()
+                  if isinstance(item, PrintedInput)}
         cited = set()
         for row in document_rows:
             found += [f"{where}:{row.line}: {m}" for m in _row_problems(row, targets, inputs)]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attention_core.harness.text import escape
+from attention_core.harness.text import escape_lines
 
 
 class Status(enum.Enum):
@@ -91,7 +91,7 @@ def render(result, *, traceback=False):
     if result.passed:
         return f"{result.location}: {result.check_id}: passed"
     if not result.header:  # a case that did not load: file:line: what to fix
-        return escape(f"{result.location}: {result.message}")
+        return escape_lines(f"{result.location}: {result.message}")
     body = [failure.render() for failure in result.failures]
     if result.message:
         body.insert(0, f"{result.status}: {result.message}")
@@ -99,12 +99,12 @@ def render(result, *, traceback=False):
         body.append(result.details.rstrip("\n"))
     elif result.details:
         body.append("(a bug of the harness: -v shows its traceback)")
-    return escape(_join(_head(result), body))
+    return escape_lines(_join(_head(result), body))
 
 
 def one_line(result):
     """The first line of a result's report, with its status: the CLI's summary of a failure."""
-    return escape(f"{_head(result)} [{result.status}]")
+    return escape_lines(f"{_head(result)} [{result.status}]")
 
 
 def _head(result):

@@ -20,41 +20,61 @@ from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import ExprError
 from attention_core.harness.inputs import has_rounded_inputs, materialise
 from attention_core.harness.results import Failure, Result, Status
+from attention_core.harness.text import escape
 
 REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cache key
 class CheckItem:
-    """One check of one case, or a case (or file) that failed to load."""
+    """One check of one case."""
 
     file: object  # CaseFile
-    case: object = None  # Case
-    check: object = None  # Check
-    error: object = None  # CaseError
+    case: object  # model.Case
+    check: object  # model.CallCheck or model.ExprCheck
+    error = None  # a loaded check has no error; see LoadError
 
     @property
     def id(self):
-        if self.error is not None:
-            case = self.error.case_id
-            return f"{self.file.name}/{case}/invalid" if case else f"{self.file.name}/invalid"
         return f"{self.file.name}/{self.case.id}/{self.check.id}"
 
     @property
     def location(self):
-        """``path:line`` of the check (or of the error)."""
-        line = self.error.line if self.error is not None else self.check.line
-        path = self.file.path
-        if path.is_absolute() and path.is_relative_to(Path.cwd()):
-            path = path.relative_to(Path.cwd())
-        return f"{path}:{line}"
+        """``path:line`` of the check."""
+        return f"{_shown(self.file.path)}:{self.check.line}"
+
+
+@dataclass(frozen=True, eq=False)
+class LoadError:
+    """A case (or a whole file) that failed to load: one failing item of its own."""
+
+    file: object  # CaseFile
+    error: object  # CaseError
+    case = check = None
+
+    @property
+    def id(self):
+        case = self.error.case_id
+        return f"{self.file.name}/{case}/invalid" if case else f"{self.file.name}/invalid"
+
+    @property
+    def location(self):
+        """``path:line`` (``path:line:column`` where the column is known) of the error."""
+        column = f":{self.error.column}" if self.error.column else ""
+        return f"{_shown(self.file.path)}:{self.error.line}{column}"
+
+
+def _shown(path):
+    if path.is_absolute() and path.is_relative_to(Path.cwd()):
+        path = path.relative_to(Path.cwd())
+    return escape(path)  # a file's name may hold control characters
 
 
 def collect(folder):
     """Every check of every case file in ``folder``, load errors included, in a stable order."""
     items = []
     for case_file in load_folder(folder):
-        items += [CheckItem(case_file, error=err) for err in case_file.errors]
+        items += [LoadError(case_file, err) for err in case_file.errors]
         items += [CheckItem(case_file, case, check) for case in case_file.cases for check in case.checks]
     return items
 

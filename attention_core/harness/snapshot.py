@@ -24,6 +24,7 @@ import torch
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from attention_core.harness import compare, tolerance
+from attention_core.harness.model import ShapeExpectation
 
 FULL_LIMIT = 4096
 SAMPLE = 256
@@ -46,10 +47,11 @@ def snapshot_data(item, result):
     their own, so every step is guarded once, in the check that computes it. A target that the
     check expects nothing of but a shape is stored as its shape.
     """
-    kinds = {}
+    shape_only = {}
     for expectation in item.check.expectations:
-        kinds.setdefault(expectation.target, set()).add(expectation.kind)
-    return {name: value.shape if kinds.get(name) == {"shape"} and isinstance(value, torch.Tensor) else value
+        shape_only[expectation.target] = (shape_only.get(expectation.target, True)
+                                          and isinstance(expectation, ShapeExpectation))
+    return {name: value.shape if shape_only.get(name) and isinstance(value, torch.Tensor) else value
             for name, value in result.outputs.items()}
 
 

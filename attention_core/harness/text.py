@@ -1,21 +1,46 @@
-"""Text that quotes a case file or an implementation, made safe to print: short and without control characters."""
+"""Quoting file content in a message: short, and with control characters made visible.
+
+A case file is untrusted text. A value quoted in full can be megabytes (a YAML alias nest),
+and a raw escape sequence can clear a terminal or fake a table; every message that quotes a
+file's content passes it through :func:`shorten` (values) or :func:`escape` (text).
+"""
 
 import reprlib
 
-_SHORT = reprlib.Repr()  # a YAML alias nest must not print in full
-_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 2, 4, 4, 60, 60
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7f) if chr(c) not in "\n\t"}
-_CONTROL.update({c: f"\\x{c:02x}" for c in range(0x80, 0xa0)})
+_REPR = reprlib.Repr()  # bounded: never walks more of a nested value than it shows
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 200, 200, 60
 
 
 def escape(text):
-    """``text`` with control characters (ANSI escapes among them) shown as ``\\xNN``; newlines and tabs kept."""
-    return str(text).translate(_CONTROL)
+    """``text`` with every non-printable character (ESC, newline, tab, bidi marks...) shown as an escape."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(char):
+    code = ord(char)
+    if char in "\n\t\r":
+        return repr(char)[1:-1]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def shorten(value, limit=80):
-    """A value as quoted in a message: its repr, cut to about ``limit`` characters, escaped."""
-    shown = _SHORT.repr(value)
+    """A value to quote in a message: ``repr`` for non-text, escaped, cut to ``limit`` characters."""
+    shown = value if isinstance(value, str) else _REPR.repr(value)
+    shown = escape(shown)
     if len(shown) > limit:
-        shown = shown[: limit - 3] + "..."
-    return escape(shown)
+        shown = shown[:limit - 1] + "…"
+    return shown
+
+
+def quote(value, limit=80):
+    """:func:`shorten`, in quotes: ``'text'``; non-text as its (short) repr."""
+    return f"'{shorten(value, limit)}'" if isinstance(value, str) else shorten(value, limit)
+
+
+def escape_lines(text):
+    """:func:`escape` line by line: a multi-line report keeps its newlines, nothing else unprintable."""
+    return "\n".join(escape(line) for line in str(text).split("\n"))

@@ -1,0 +1,133 @@
+"""What a case means beyond each field, settled once its fields have validated.
+
+Names are defined before they are used; a draw needs the case's seed; an erratum's correct
+computation calls the same spec function as its check; an ``expr`` check has no points; the
+inputs a file writes out fit the case's element budget; sources, dtype, points and visibility
+take their defaults from the level above. A problem is a :class:`Misplaced` error at its path
+in the case, which the loader turns into a line.
+"""
+
+import math
+
+import torch
+
+from attention_core import spec
+from attention_core.harness import expr
+from attention_core.harness.fields import (MAX_CASE_ELEMENTS, SPEC_FUNCTIONS, FieldError, parse_expression,
+                                           spec_function)
+from attention_core.harness.model import (CallCheck, DrawInput, ExprCheck, ExprInput, LiteralInput,
+                                          OracleExpectation, PrintedInput)
+from attention_core.harness.text import quote, shorten
+
+
+class Misplaced(Exception):
+    """A problem at ``loc`` (a path in the case, as a validation error gives it)."""
+
+    def __init__(self, loc, message, *, key=False, line=None, column=None):
+        super().__init__(message)
+        self.loc, self.message, self.key, self.line, self.column = tuple(loc), message, key, line, column
+
+
+def settle(case, context):
+    """``case`` with defaults applied and every cross-field rule checked; raises :class:`Misplaced`."""
+    document, defaults = context.get("document"), context.get("defaults")
+    source = case.source.under(document) if case.source is not None else document
+    dtype = case.dtype or (defaults.dtype if defaults is not None else None) or torch.float32
+    points = _first(case.points, defaults.points if defaults is not None else None)
+    visibility = _first(case.visibility, defaults.visibility if defaults is not None else None)
+    known = _inputs(case)
+    checks, seen = [], set()
+    for i, check in enumerate(case.checks):
+        if check.id in seen:
+            raise Misplaced(("checks", i, "id"), f"check id {quote(check.id)} is used twice in case {quote(case.id)}")
+        seen.add(check.id)
+        checks.append(_check(check, ("checks", i), known, source, points, visibility))
+    return case.model_copy(update={"source": source, "dtype": dtype, "checks": tuple(checks)})
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def _inputs(case):
+    known, total = set(), 0
+    for name, item in case.inputs.items():
+        at = ("inputs", name)
+        if isinstance(item, ExprInput):
+            _defined(item.expr, known, (*at, "expr"), "input expression")
+        if isinstance(item, DrawInput) and case.seed is None:
+            raise Misplaced(at, f"input {quote(name)} is a seeded draw ({item.draw}) but the case has no 'seed'")
+        total += elements(item)
+        if total > MAX_CASE_ELEMENTS:
+            raise Misplaced(at, f"input {quote(name)} takes the case's inputs to {total} elements; the budget "
+                                f"is {MAX_CASE_ELEMENTS} elements for all of a case's inputs together")
+        known.add(name)
+    return known
+
+
+def elements(item):
+    """How many elements an input written in the file makes (0 where only making it tells)."""
+    if isinstance(item, LiteralInput):
+        return item.tensor.numel()
+    if isinstance(item, PrintedInput):
+        return math.prod(item.printed.shape) if item.printed.shape is not None else item.printed.values.numel()
+    if isinstance(item, DrawInput):
+        args = item.spec
+        if "size" in args:
+            return math.prod(args["size"])
+        if item.draw == "embedding":
+            return args["num_embeddings"] * args["embedding_dim"]
+        return args["in_features"] * args["out_features"] + (args["out_features"] if args["bias"] else 0)
+    return 0
+
+
+def _check(check, at, inputs, case_source, case_points, case_visibility):
+    graded = isinstance(check, CallCheck)
+    returns = check.returns or (spec.FUNCTIONS[check.function].returns if graded else ("out",))
+    clash = [n for n in returns if n in inputs]
+    if clash:
+        raise Misplaced((*at, "returns"), f"'returns' name {quote(clash[0])} is already an input's name")
+    _defined(check.expr, inputs, (*at, check.kind), check.kind)
+    scope = inputs | set(returns)
+    for target, expectation in check.expect.items():
+        where = (*at, "expect", target)
+        try:
+            parsed = parse_expression(target)
+        except FieldError as err:
+            raise Misplaced(where, f"expectation target {err.message}", key=True, line=err.line,
+                            column=err.column) from None
+        _defined(parsed, scope, where, "expectation target", key=True)
+        if isinstance(expectation, OracleExpectation):
+            _defined(expectation.oracle, inputs, (*where, "oracle"), "oracle")
+        expectation._target, expectation._expr = target, parsed
+    if check.erratum is not None and check.erratum.differs is not None:
+        _differs(check, check.erratum.differs, (*at, "erratum", "differs"), inputs, returns)
+    if isinstance(check, ExprCheck) and check.points:
+        raise Misplaced((*at, "points"), "an 'expr' check is never graded, so it has no points "
+                                         "(give points to a graded 'call' check)")
+    points = _first(check.points, case_points, 1.0) if graded else 0.0
+    source = check.source.under(case_source) if check.source is not None else case_source
+    return check.model_copy(update={"returns": tuple(returns), "points": points, "source": source,
+                                    "visibility": _first(check.visibility, case_visibility, "visible")})
+
+
+def _differs(check, differs, where, inputs, returns):
+    """The correct computation of an erratum: a call of the check's own spec function, or spec-free arithmetic."""
+    if isinstance(check, CallCheck) and spec_function(differs) != check.function:
+        raise Misplaced(where, f"erratum 'differs' must be a call of the same spec function as the check, "
+                               f"{check.function}(...), so that it returns the call's results "
+                               f"({', '.join(returns)}); got `{shorten(differs.source, 60)}`")
+    called = sorted(differs.calls & set(SPEC_FUNCTIONS))
+    if isinstance(check, ExprCheck) and called:
+        raise Misplaced(where, f"erratum 'differs' of an 'expr' check is the document's own arithmetic and may not "
+                               f"call the spec function {called[0]}; spec functions are graded, and are called "
+                               f"only in a check's 'call'")
+    _defined(differs, inputs, where, "erratum 'differs'")
+
+
+def _defined(parsed, known, where, what, *, key=False):
+    unknown = sorted(parsed.names - set(known) - set(expr.CONSTANTS))
+    if unknown:
+        names = shorten(", ".join(sorted(known)) or "nothing", 200)
+        raise Misplaced(where, f"{what} `{shorten(parsed.source, 60)}` uses {', '.join(map(quote, unknown))}, "
+                               f"which is not defined before it (known: {names})", key=key)
