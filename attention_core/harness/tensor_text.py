@@ -17,13 +17,7 @@ from functools import lru_cache
 
 import torch
 
-__all__ = [
-    "TensorTextError",
-    "PrintedTensor",
-    "parse_tensor",
-    "parse_size",
-    "looks_like_size",
-]
+__all__ = ["TensorTextError", "PrintedTensor", "parse_tensor", "parse_size", "looks_like_size"]
 
 _TOKEN = re.compile(
     r"""\s*(?:
