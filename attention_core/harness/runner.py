@@ -19,6 +19,8 @@ from attention_core.harness import compare, tolerance
 from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import ExprError
 from attention_core.harness.inputs import has_rounded_inputs, materialise
+from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
+                                          ValuesExpectation)
 from attention_core.harness.results import Failure, Result, Status
 from attention_core.harness.text import escape
 
@@ -165,7 +167,7 @@ def _call(check, expression, scope, functions, device, dtype):
     A ``call`` evaluates its arguments with the reference core and calls ``functions`` for the
     called function alone; an ``expr`` is the document's own arithmetic, evaluated here.
     """
-    if check.kind == "call":
+    if isinstance(check, CallCheck):
         try:
             name, args, kwargs = expression.call_arguments(scope, functions=REFERENCE, device=device, dtype=dtype)
         except Exception as err:
@@ -261,11 +263,11 @@ def _failures(item, values, device):
 
 
 def _compare(expectation, actual, device, noise=None, spread=None, oracle=None, dtype=None):
-    if expectation.kind == "shape":
+    if isinstance(expectation, ShapeExpectation):
         return compare.check_shape(actual, expectation.shape)
-    if expectation.kind == "oracle":
+    if isinstance(expectation, OracleExpectation):
         return compare.compare_full(actual, oracle, rtol=expectation.rtol, atol=expectation.atol, device=device)
-    if expectation.kind == "values":
+    if isinstance(expectation, ValuesExpectation):
         return compare.compare_full(actual, expectation.values, rtol=expectation.rtol, atol=expectation.atol,
                                     device=device)
     printed = expectation.printed
@@ -282,7 +284,7 @@ def _compare(expectation, actual, device, noise=None, spread=None, oracle=None, 
 
 def _oracles(item):
     """Each oracle expectation's value: torch's own functions on the inputs, in float64 on the CPU."""
-    wanted = [e for e in item.check.expectations if e.kind == "oracle"]
+    wanted = [e for e in item.check.expectations if isinstance(e, OracleExpectation)]
     if not wanted:
         return {}
     scope = materialise(item.case, device="cpu", dtype=torch.float64)
@@ -303,7 +305,7 @@ def _numerics(item):
     Empty for a float64 case (no wider dtype to measure against), for checks without printed
     expectations, and where the reference itself cannot run the check.
     """
-    if not any(e.kind == "printed" for e in item.check.expectations) or item.case.dtype == torch.float64:
+    if not any(isinstance(e, PrintedExpectation) for e in item.check.expectations) or item.case.dtype == torch.float64:
         return {}, {}
     case, check = item.case, item.check
 
