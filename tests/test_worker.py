@@ -268,7 +268,7 @@ print(p.pid)\n""")
     assert alive(child) and alive(grandchild)
     s.close()
     assert not alive(child)
-    for _ in range(100):  # the orphan is collected by init once killed
+    for _ in range(500):  # the orphan is collected by init once killed
         if not alive(grandchild):
             break
         time.sleep(0.02)

@@ -190,7 +190,9 @@ class Submission:
         self._entry, self._root, self._module, self._package = resolve(path, entry)
         self._sock = self._out = self._pid = None
         self._spawn()
+        start = time.monotonic()
         hello, output, problem = self._hello(worker.import_timeout)
+        self._spent += time.monotonic() - start
         self.output = output.text()
         self.status = hello["status"] if hello else IMPORT_ERROR
         self.message = hello["message"] if hello else problem
@@ -267,7 +269,7 @@ class Submission:
 
     def _outcome(self, reply, problem, limit):
         if problem == TIMEOUT:
-            return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:g} s")
+            return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s")
         if problem is not None:
             return CallOutcome(CRASHED, message=problem)
         try:
@@ -307,11 +309,9 @@ class Submission:
 
     def _hello(self, timeout):
         """Wait for the child's import report: (hello or None, Output, problem)."""
-        start = time.monotonic()
         reply, output, problem = self._exchange(b"", timeout)
-        self._spent += time.monotonic() - start
         if problem == TIMEOUT:
-            problem = f"the import did not finish within {timeout:g} s"
+            problem = f"the import did not finish within {timeout:.3g} s"
         elif problem is None:
             try:
                 check_hello(reply)

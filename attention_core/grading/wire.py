@@ -18,6 +18,7 @@ import struct
 import torch
 
 HEADER = struct.Struct("!QQ")
+JSON = json.JSONEncoder(separators=(",", ":"))  # allow_nan: NaN and inf as Python's json writes them
 MAX_DIMS = 64
 
 # dtype name -> dtype; the only dtypes that cross the wire.
@@ -49,9 +50,11 @@ class Opaque:
 
 def plain_tensor(t):
     """A plain, detached, contiguous CPU copy of ``t`` that no subclass code can touch afterwards."""
-    with torch._C.DisableTorchFunctionSubclass():
-        t = torch.Tensor.as_subclass(t, torch.Tensor)
-        return t.detach().cpu().resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
+    if (type(t) is torch.Tensor and t.device.type == "cpu" and t.is_contiguous() and not t.requires_grad
+            and not t.is_conj() and not t.is_neg()):
+        return t  # already what the copy would be: its bytes are read straight from memory
+    t = torch.Tensor.as_subclass(t, torch.Tensor)  # torch_function ignores as_subclass: no subclass code runs
+    return t.detach().cpu().resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
 
 
 def encode(value):
@@ -95,7 +98,7 @@ def encode(value):
         size[0] += nbytes
         return {"tensor": [name, list(t.shape), size[0] - nbytes, nbytes]}
 
-    text = json.dumps(walk(value), allow_nan=True, separators=(",", ":")).encode()
+    text = JSON.encode(walk(value)).encode()
     return b"".join([HEADER.pack(len(text), size[0]), text, *blob])
 
 
