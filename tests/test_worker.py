@@ -259,6 +259,18 @@ def test_the_time_budget_ends_calls_once_spent(submit):
     assert (spent.status, spent.message) == ("timeout", "the submission's time budget of 1 s is spent")
 
 
+def test_closing_right_after_a_crash_kills_the_child_just_forked(submit):
+    # The replacement may not have reached setsid() yet: there is no process group to kill then.
+    for _ in range(5):
+        s = submit("import os\n\ndef causal_average(x):\n    os._exit(1)\n")
+        assert s.call("causal_average", (torch.ones(1),)).status == "crashed"
+        replacement = s.pid
+        s.close()
+        assert not alive(replacement)
+    with pytest.raises(ValueError, match="closed"):
+        s.call("causal_average", (torch.ones(1),))
+
+
 def test_closing_kills_the_child_and_what_it_started(worker, tmp_path):
     path = tmp_path / "spawner.py"
     path.write_text(f"""import subprocess\np = subprocess.Popen([{sys.executable!r}, "-c", "import time; time.sleep(60)"])

@@ -15,6 +15,7 @@ Imports attention_core.spec and nothing else of the package but this room's wire
 import fcntl
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -189,6 +190,7 @@ class Submission:
         self.path, self._worker, self.budget, self._spent = path, worker, budget, 0.0
         self._entry, self._root, self._module, self._package = resolve(path, entry)
         self._sock = self._out = self._pid = None
+        self._closed = False
         self._spawn()
         start = time.monotonic()
         hello, output, problem = self._hello(worker.import_timeout)
@@ -229,7 +231,8 @@ class Submission:
         return self._call(name, args, kwargs or {}, timeout, int(projection_seed))
 
     def close(self):
-        """Kill the child's process group and collect it."""
+        """Kill the child's process group and collect it. Calls after this raise ValueError."""
+        self._closed = True
         self._end()
         self._worker._forget(self)
 
@@ -238,6 +241,8 @@ class Submission:
     def _call(self, name, args, kwargs, timeout, seed):
         if name not in spec.NAMES:
             raise ValueError(f"{name!r} is not a spec function: {', '.join(spec.NAMES)}")
+        if self._closed:
+            raise ValueError(f"the submission {self.path} is closed")
         if self.status != OK:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")
         if name not in self.names:
@@ -387,20 +392,22 @@ class Submission:
         if self._pid is not None:
             try:
                 status = self._worker._request({"op": "reap", "pid": self._pid})
-            except WorkerError:
-                try:
-                    os.killpg(self._pid, 9)
-                except OSError:
-                    pass
+            except WorkerError:  # the server is gone: kill what we can from here
+                for send in (os.killpg, os.kill):
+                    try:
+                        send(self._pid, signal.SIGKILL)
+                    except OSError:
+                        pass
             self._sock.close()
             os.close(self._out)
             self._sock = self._out = self._pid = None
         return status
 
 
-def drain(fd, output):
-    """Read what the pipe holds into ``output``; False once every writer has closed it."""
-    while True:
+def drain(fd, output, chunks=16):
+    """Read what the pipe holds (up to ``chunks`` MiB: a writer that never stops must not hold us) into
+    ``output``; False once every writer has closed it."""
+    for _ in range(chunks):
         try:
             data = os.read(fd, 1 << 20)
         except BlockingIOError:
@@ -408,6 +415,7 @@ def drain(fd, output):
         if not data:
             return False
         output.add(data)
+    return True
 
 
 def check_hello(reply):

@@ -85,10 +85,7 @@ def receive_request(ctl, wire):
 
 def reap(pid):
     """Kill the process group ``pid`` leads and collect the leader's exit status."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill(pid)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
@@ -98,6 +95,19 @@ def reap(pid):
             name = "unknown signal"
         return {"signal": number, "name": name}
     return {"code": os.waitstatus_to_exitcode(status)}
+
+
+def kill(pid):
+    """SIGKILL the child ``pid`` and its process group.
+
+    Both: a child just forked may not have called setsid() yet, and then no group ``pid`` exists (but
+    neither has it run submission code that could have started anything).
+    """
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 # ---- a child: one submission ----------------------------------------------------------------
