@@ -138,6 +138,22 @@ def test_an_import_error_is_data(submit):
     assert syntax.status == "import error" and "SyntaxError" in syntax.message and "bad.py" in syntax.message
 
 
+def test_an_import_that_hangs_is_an_import_error(submit, worker):
+    timeout, worker.import_timeout = worker.import_timeout, 0.5
+    try:
+        s = submit("print('importing')\nwhile True:\n    pass\n")
+    finally:
+        worker.import_timeout = timeout
+    assert (s.status, s.message, s.output) == ("import error", "the import did not finish within 0.5 s", "importing\n")
+    assert s.pid is None
+
+
+def test_memory_beyond_the_cap_cannot_be_had(submit):
+    s = submit("import torch\n\ndef causal_average(x):\n    return torch.empty(2**31)  # 8 GiB, never touched\n")
+    outcome = s.call("causal_average", (torch.ones(1),))
+    assert outcome.status == "raised" and "can't allocate memory" in outcome.message
+
+
 def test_a_folder_submission_imports_its_own_helpers(worker, tmp_path):
     (tmp_path / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
     (tmp_path / "solution.py").write_text("from helpers import double\n\ndef causal_average(x):\n    return double(x)\n")
