@@ -248,17 +248,21 @@ class Submission:
         if name not in self.names:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission defines no function {name}")
         if self.budget_left <= 0:
-            return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent")
-        start = time.monotonic()
-        limit = min(timeout, self.budget_left)
+            return self._spent_outcome()
         if self._pid is None:
             self._spawn()
-        if self._pid is not None and not self._ready:
-            hello, _, problem = self._hello(min(self._worker.import_timeout, limit))
+        if not self._ready:  # a replacement still importing: its own time limit, not the call's
+            start = time.monotonic()
+            hello, _, problem = self._hello(min(self._worker.import_timeout, self.budget_left))
             if hello is None or hello["status"] != OK:
                 self._end()
                 why = problem if hello is None else hello["message"]
                 return self._spend(start, CallOutcome(CRASHED, message=f"the submission did not import again: {why}"))
+            self._spent += time.monotonic() - start
+            if self.budget_left <= 0:
+                return self._spent_outcome()
+        start = time.monotonic()
+        limit = min(timeout, self.budget_left)
         request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed}
         reply, output, problem = self._exchange(wire.encode(request), limit - (time.monotonic() - start))
         outcome = self._outcome(reply, problem, limit)
@@ -266,6 +270,9 @@ class Submission:
         if outcome.status in (TIMEOUT, CRASHED):
             self._replace(outcome)
         return self._spend(start, outcome)
+
+    def _spent_outcome(self):
+        return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent")
 
     def _spend(self, start, outcome):
         outcome.seconds = time.monotonic() - start
