@@ -1,0 +1,467 @@
+"""The grader's side of the worker: start the server, open submissions, call their functions.
+
+A ``Worker`` starts ``worker.py`` in a fresh interpreter (``-I -S``, with only the folders torch
+is installed in added to its path) and keeps one control socket to it. ``Worker.open`` passes the
+server one end of a new socket pair and the write end of a new output pipe; the server forks a
+child that imports the submission and then talks to the grader directly on that socket. Every
+reply is checked against the wire format and a size cap; nothing is unpickled. The child's
+stdout and stderr come through the pipe, which the grader drains while it waits, keeping only the
+first ``output_limit`` bytes.
+
+Several threads may share one ``Worker`` (each submission used by one thread at a time).
+Imports attention_core.spec and nothing else of the package but this room's wire format.
+"""
+
+import fcntl
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from attention_core import spec
+from attention_core.grading import wire
+
+WORKER = Path(__file__).with_name("worker.py")
+
+OK = "ok"
+RAISED = "raised"
+NOT_IMPLEMENTED = "not implemented"
+TIMEOUT = "timeout"
+CRASHED = "crashed"
+IMPORT_ERROR = "import error"
+
+CHILD_STATUSES = (OK, RAISED, NOT_IMPLEMENTED, CRASHED)
+
+
+class WorkerError(RuntimeError):
+    """The server failed: a fault of the grading machinery, never of a submission."""
+
+
+@dataclass
+class CallOutcome:
+    """What one call of a submission's function did.
+
+    ``status``: ok, raised, not implemented (NotImplementedError or no such function), timeout or
+    crashed (the process died or raised SystemExit/KeyboardInterrupt; it has been replaced).
+    ``traceback`` holds the lines inside the submission only. ``mutated`` and the keys of ``grads``
+    label tensor arguments as they were passed: an int for a position, a str for a keyword.
+    """
+
+    status: str
+    value: object = None
+    message: str = ""
+    traceback: tuple[str, ...] = ()
+    output: str = ""
+    mutated: tuple = ()
+    seconds: float = 0.0
+    grads: dict | None = None  # call_grad only: label -> gradient, or None where none flowed
+    grad_error: str | None = None
+
+
+@dataclass
+class Output:
+    """A stream's first ``limit`` bytes and how many there were."""
+
+    limit: int
+    head: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, data):
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+        self.total += len(data)
+
+    def text(self):
+        text = self.head.decode("utf-8", "replace")
+        if self.total > len(self.head):
+            text += f"\n[... {self.total - len(self.head)} more bytes of output not shown]"
+        return text
+
+
+def site_dirs():
+    """The folders the server needs on its path: where torch is installed, then the other site folders."""
+    dirs = [str(Path(torch.__file__).resolve().parent.parent)]
+    dirs += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages") and p not in dirs]
+    return dirs
+
+
+class Worker:
+    """One grading server. A context manager; ``close()`` kills the server and every child."""
+
+    def __init__(self, *, memory_limit=4 << 30, budget=60.0, import_timeout=10.0, output_limit=10_000,
+                 reply_limit=256 << 20):
+        self.memory_limit, self.budget, self.import_timeout = memory_limit, budget, import_timeout
+        self.output_limit, self.reply_limit = output_limit, reply_limit
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WORKER), str(theirs.fileno()), *site_dirs()],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
+        theirs.close()
+        ours.settimeout(120)  # the first request waits for the server's import of torch
+        self._ctl, self._lock, self._open = ours, threading.Lock(), set()
+
+    @property
+    def pid(self):
+        return self._process.pid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def open(self, path, *, entry=None, budget=None):
+        """Fork a child for the submission at ``path`` (a .py file, or a folder with ``entry`` in it)."""
+        submission = Submission(self, Path(path), entry, self.budget if budget is None else budget)
+        with self._lock:
+            self._open.add(submission)
+        return submission
+
+    def server_modules(self):
+        """The names in the server's ``sys.modules`` (to check what it imported)."""
+        return tuple(self._request({"op": "modules"})["modules"])
+
+    def close(self):
+        with self._lock:
+            submissions, self._open = list(self._open), set()
+        for submission in submissions:
+            submission.close()
+        self._ctl.close()  # the server kills whatever is left and exits at end of file
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def _request(self, message, fds=()):
+        data = wire.encode(message)
+        with self._lock:
+            if self._ctl.fileno() < 0:
+                raise WorkerError("the worker is closed")
+            try:
+                if fds:
+                    socket.send_fds(self._ctl, [data], list(fds))
+                else:
+                    self._ctl.sendall(data)
+                reply = wire.receive(self._ctl)
+            except OSError as e:
+                raise WorkerError(f"the grading server stopped answering: {e}") from None
+        if reply is None:
+            raise WorkerError(f"the grading server exited (status {self._process.poll()})")
+        if "error" in reply:
+            raise WorkerError(reply["error"])
+        return reply
+
+    def _forget(self, submission):
+        with self._lock:
+            self._open.discard(submission)
+
+
+def resolve(path, entry):
+    """(entry file, root folder, module name, is a package) for a submission at ``path``."""
+    path = path.resolve()
+    if path.is_file():
+        return path, path.parent, path.stem, False
+    if entry is None:
+        top = sorted(p.name for p in path.glob("*.py"))
+        entry = "__init__.py" if "__init__.py" in top else top[0] if len(top) == 1 else None
+        if entry is None:
+            raise ValueError(f"{path}: say which file is the submission (entry=); it holds {top or 'no .py file'}")
+    file = path / entry
+    if entry == "__init__.py":
+        return file, path, path.name, True
+    return file, path, file.stem, False
+
+
+class Submission:
+    """A submission's process: import status, the spec functions it defines, and calls into them."""
+
+    def __init__(self, worker, path, entry, budget):
+        self.path, self._worker, self.budget, self._spent = path, worker, budget, 0.0
+        self._entry, self._root, self._module, self._package = resolve(path, entry)
+        self._sock = self._out = self._pid = None
+        self._closed = False
+        self._spawn()
+        start = time.monotonic()
+        hello, output, problem = self._hello(worker.import_timeout)
+        self._spent += time.monotonic() - start
+        self.output = output.text()
+        self.status = hello["status"] if hello else IMPORT_ERROR
+        self.message = hello["message"] if hello else problem
+        self.traceback = tuple(hello["traceback"]) if hello else ()
+        self.names = tuple(hello["names"]) if hello else ()
+        if self.status != OK:
+            self._end()
+
+    @property
+    def pid(self):
+        """The process id (and process group id) of the current child, or None."""
+        return self._pid
+
+    @property
+    def budget_left(self):
+        return max(0.0, self.budget - self._spent)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def call(self, name, args=(), kwargs=None, *, timeout=5.0):
+        """Call the submission's ``name(*args, **kwargs)`` in its process."""
+        return self._call(name, args, kwargs or {}, timeout, None)
+
+    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0):
+        """Call ``name`` with every floating tensor argument requiring grad; backpropagate a projection.
+
+        The scalar is ``wire.projection(outputs, projection_seed)``; ``grads`` maps each floating
+        tensor argument to its gradient, or None where none flowed to it.
+        """
+        return self._call(name, args, kwargs or {}, timeout, int(projection_seed))
+
+    def close(self):
+        """Kill the child's process group and collect it. Calls after this raise ValueError."""
+        self._closed = True
+        self._end()
+        self._worker._forget(self)
+
+    # ---- internals ----
+
+    def _call(self, name, args, kwargs, timeout, seed):
+        if name not in spec.NAMES:
+            raise ValueError(f"{name!r} is not a spec function: {', '.join(spec.NAMES)}")
+        if self._closed:
+            raise ValueError(f"the submission {self.path} is closed")
+        if self.status != OK:
+            return CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")
+        if name not in self.names:
+            return CallOutcome(NOT_IMPLEMENTED, message=f"the submission defines no function {name}")
+        if self.budget_left <= 0:
+            return self._spent_outcome()
+        if self._pid is None:
+            self._spawn()
+        if not self._ready:  # a replacement still importing: its own time limit, not the call's
+            start = time.monotonic()
+            hello, _, problem = self._hello(min(self._worker.import_timeout, self.budget_left))
+            if hello is None or hello["status"] != OK:
+                self._end()
+                why = problem if hello is None else hello["message"]
+                return self._spend(start, CallOutcome(CRASHED, message=f"the submission did not import again: {why}"))
+            self._spent += time.monotonic() - start
+            if self.budget_left <= 0:
+                return self._spent_outcome()
+        start = time.monotonic()
+        limit = min(timeout, self.budget_left)
+        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed}
+        reply, output, problem = self._exchange(wire.encode(request), limit - (time.monotonic() - start))
+        outcome = self._outcome(reply, problem, limit)
+        outcome.output = output.text()
+        if outcome.status in (TIMEOUT, CRASHED):
+            self._replace(outcome)
+        return self._spend(start, outcome)
+
+    def _spent_outcome(self):
+        return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent")
+
+    def _spend(self, start, outcome):
+        outcome.seconds = time.monotonic() - start
+        self._spent += outcome.seconds
+        return outcome
+
+    def _outcome(self, reply, problem, limit):
+        if problem == TIMEOUT:
+            return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s")
+        if problem is not None:
+            return CallOutcome(CRASHED, message=problem)
+        try:
+            return checked_outcome(reply)
+        except (KeyError, TypeError, ValueError) as e:
+            return CallOutcome(CRASHED, message=f"the submission's process sent a malformed reply: {e}")
+
+    def _replace(self, outcome):
+        """After a timeout or crash: collect the old child (its exit status joins the message), fork anew."""
+        status = self._end()
+        if outcome.status == CRASHED and status and not outcome.message.startswith("the call raised"):
+            if "signal" in status:
+                outcome.message += f" (killed by signal {status['signal']}, {status['name']})"
+            else:
+                outcome.message += f" (exit code {status['code']})"
+        self._spawn()
+
+    def _spawn(self):
+        ours, theirs = socket.socketpair()
+        out_r, out_w = os.pipe()
+        try:
+            fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, 1 << 20)  # fewer wake-ups when a submission floods
+        except OSError:
+            pass
+        os.set_blocking(out_r, False)
+        ours.setblocking(False)
+        w = self._worker
+        request = {"op": "open", "entry": str(self._entry), "root": str(self._root), "module": self._module,
+                   "package": self._package, "names": list(spec.NAMES), "memory": w.memory_limit,
+                   "reply_limit": w.reply_limit}
+        try:
+            reply = w._request(request, fds=(theirs.fileno(), out_w))
+        finally:
+            theirs.close()
+            os.close(out_w)
+        self._sock, self._out, self._pid, self._ready = ours, out_r, reply["pid"], False
+
+    def _hello(self, timeout):
+        """Wait for the child's import report: (hello or None, Output, problem)."""
+        reply, output, problem = self._exchange(b"", timeout)
+        if problem == TIMEOUT:
+            problem = f"the import did not finish within {timeout:.3g} s"
+        elif problem is None:
+            try:
+                check_hello(reply)
+            except (KeyError, TypeError, ValueError) as e:
+                reply, problem = None, f"the submission's process sent a malformed reply: {e}"
+        self._ready = problem is None
+        return (reply if problem is None else None), output, problem
+
+    def _exchange(self, data, timeout):
+        """Send ``data`` and wait for one reply, draining output: (reply, Output, problem or None)."""
+        output = Output(self._worker.output_limit)
+        deadline = time.monotonic() + timeout
+        pending, buf, need = memoryview(data), bytearray(), None
+        if pending:  # a small request fits the socket's buffer: send it before the first poll
+            pending = self._send(pending)
+        poller = select.poll()
+        poller.register(self._out, select.POLLIN)
+        poller.register(self._sock, select.POLLIN | (select.POLLOUT if pending else 0))
+        out_open, problem = True, None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                problem = TIMEOUT
+                break
+            events = dict(poller.poll(remaining * 1000))
+            if out_open and self._out in events:
+                out_open = drain(self._out, output)
+                if not out_open:
+                    poller.unregister(self._out)
+            sock_events = events.get(self._sock.fileno(), 0)
+            if pending and sock_events & select.POLLOUT:
+                pending = self._send(pending)
+                if not pending:
+                    poller.modify(self._sock, select.POLLIN)
+            if sock_events & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                chunk = self._sock.recv(1 << 20) if sock_events & select.POLLIN else b""
+                if not chunk:
+                    problem = "the submission's process died"
+                    break
+                buf += chunk
+                if need is None and len(buf) >= wire.HEADER.size:
+                    n_text, n_blob = wire.HEADER.unpack_from(buf)
+                    need = wire.HEADER.size + n_text + n_blob
+                    if need > self._worker.reply_limit:
+                        problem = f"the submission's process sent {need} bytes, over the limit of {self._worker.reply_limit}"
+                        break
+                if need is not None and len(buf) >= need:
+                    break
+        if out_open:
+            drain(self._out, output)
+        if problem is not None:
+            return None, output, problem
+        n_text = wire.HEADER.unpack_from(buf)[0]
+        body = memoryview(buf)[wire.HEADER.size:need]
+        try:
+            reply = wire.decode(bytes(body[:n_text]), body[n_text:])
+        except wire.WireError as e:
+            return None, output, f"the submission's process sent a malformed reply: {e}"
+        return reply, output, None
+
+    def _send(self, pending):
+        """Send what the socket takes now; the rest. A dead peer takes nothing and shows as end of file."""
+        try:
+            return pending[self._sock.send(pending):]
+        except BlockingIOError:
+            return pending
+        except (BrokenPipeError, ConnectionResetError):
+            return pending[:0]
+
+    def _end(self):
+        """Kill and collect the current child, close its descriptors; its exit status, or None."""
+        status = None
+        if self._pid is not None:
+            try:
+                status = self._worker._request({"op": "reap", "pid": self._pid})
+            except WorkerError:  # the server is gone: kill what we can from here
+                for send in (os.killpg, os.kill):
+                    try:
+                        send(self._pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            self._sock.close()
+            os.close(self._out)
+            self._sock = self._out = self._pid = None
+        return status
+
+
+def drain(fd, output, chunks=16):
+    """Read what the pipe holds (up to ``chunks`` MiB: a writer that never stops must not hold us) into
+    ``output``; False once every writer has closed it."""
+    for _ in range(chunks):
+        try:
+            data = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        output.add(data)
+    return True
+
+
+def check_hello(reply):
+    if not isinstance(reply, dict) or reply.get("status") not in (OK, IMPORT_ERROR):
+        raise ValueError("not an import report")
+    text(reply["message"])
+    lines(reply["traceback"])
+    if not all(n in spec.NAMES for n in reply["names"]):
+        raise ValueError("a name outside the spec")
+
+
+def checked_outcome(reply):
+    """A CallOutcome from a child's reply, every field's type checked."""
+    if not isinstance(reply, dict) or reply.get("status") not in CHILD_STATUSES:
+        raise ValueError("no known status")
+    mutated = reply.get("mutated", [])
+    if not (isinstance(mutated, list) and all(type(m) in (int, str) for m in mutated)):
+        raise ValueError("mutated is not a list of labels")
+    outcome = CallOutcome(reply["status"], value=reply.get("value"), message=text(reply.get("message", "")),
+                          traceback=lines(reply.get("traceback", [])), mutated=tuple(mutated))
+    if "grads" in reply:
+        grads = {}
+        for pair in reply["grads"]:
+            label, g = pair
+            if type(label) not in (int, str) or not (g is None or isinstance(g, torch.Tensor)):
+                raise ValueError("grads is not a list of (label, tensor or None)")
+            grads[label] = g
+        outcome.grads = grads
+        outcome.grad_error = None if reply.get("grad_error") is None else text(reply["grad_error"])
+    return outcome
+
+
+def text(value):
+    if not isinstance(value, str):
+        raise TypeError("a message is not a str")
+    return value[:10_000]
+
+
+def lines(value):
+    if not (isinstance(value, list) and all(isinstance(line, str) for line in value)):
+        raise TypeError("a traceback is not a list of str")
+    return tuple(line[:1000] for line in value[:200])

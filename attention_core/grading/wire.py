@@ -1,0 +1,213 @@
+"""The wire format between the grader and a submission's process: framed JSON plus raw tensor bytes.
+
+A message is a header ``!QQ`` (JSON length, blob length), the JSON text (UTF-8) and a blob.
+Values nest as JSON: None, bool, int, float and str as themselves; a list as a JSON array;
+a tuple as ``{"tuple": [...]}``; a tensor as ``{"tensor": [dtype, shape, offset, nbytes]}``,
+whose bytes lie in the blob; ``{"device": "cpu"}``, ``{"dtype": "float32"}``; a str-keyed
+dict as ``{"dict": {...}}``; anything else as ``{"opaque": type name}``. Nothing is ever
+unpickled: the receiving side builds fresh plain tensors from the bytes, after checking the
+dtype against an allow-list and the byte count against the shape.
+
+Imports only the standard library and torch: the worker loads this file by path.
+"""
+
+import ctypes
+import json
+import struct
+
+import torch
+
+HEADER = struct.Struct("!QQ")
+JSON = json.JSONEncoder(separators=(",", ":"))  # allow_nan: NaN and inf as Python's json writes them
+MAX_DIMS = 64
+
+# dtype name -> dtype; the only dtypes that cross the wire.
+DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+              torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+}
+
+
+class WireError(ValueError):
+    """A message that breaks the format: too large, malformed, or naming a dtype not allowed."""
+
+
+class Opaque:
+    """A value of a type the wire does not carry: the receiver learns its type's name only."""
+
+    def __init__(self, type_name):
+        self.type_name = type_name
+
+    def __repr__(self):
+        return f"Opaque({self.type_name!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Opaque) and other.type_name == self.type_name
+
+    __hash__ = None
+
+
+def plain_tensor(t):
+    """A plain, detached, contiguous CPU copy of ``t`` that no subclass code can touch afterwards."""
+    if (type(t) is torch.Tensor and t.device.type == "cpu" and t.is_contiguous() and not t.requires_grad
+            and not t.is_conj() and not t.is_neg()):
+        return t  # already what the copy would be: its bytes are read straight from memory
+    t = torch.Tensor.as_subclass(t, torch.Tensor)  # torch_function ignores as_subclass: no subclass code runs
+    return t.detach().cpu().resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
+
+
+def encode(value):
+    """``value`` -> one message's bytes."""
+    blob = []
+    size = [0]
+
+    def walk(v):
+        if v is None or isinstance(v, (bool, str)):
+            return str(v) if isinstance(v, str) else v
+        if isinstance(v, int):
+            return int(v)
+        if isinstance(v, float):
+            return float(v)
+        if isinstance(v, torch.Tensor):
+            return tensor(v)
+        if isinstance(v, tuple):
+            return {"tuple": [walk(x) for x in v]}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict) and all(type(k) is str for k in v):
+            return {"dict": {k: walk(x) for k, x in v.items()}}
+        if isinstance(v, torch.device):
+            return {"device": str(v)}
+        if isinstance(v, torch.dtype):
+            return {"dtype": str(v).removeprefix("torch.")}
+        if isinstance(v, Opaque):
+            return {"opaque": v.type_name}
+        return {"opaque": type(v).__qualname__}
+
+    def tensor(t):
+        if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
+            return {"opaque": f"tensor ({t.layout}, {t.device.type})"}
+        t = plain_tensor(t)
+        name = str(t.dtype).removeprefix("torch.")
+        if name not in DTYPES:
+            return {"opaque": f"tensor of {name}"}
+        nbytes = t.numel() * t.element_size()
+        data = ctypes.string_at(t.data_ptr(), nbytes) if nbytes else b""
+        blob.append(data)
+        size[0] += nbytes
+        return {"tensor": [name, list(t.shape), size[0] - nbytes, nbytes]}
+
+    text = JSON.encode(walk(value)).encode()
+    return b"".join([HEADER.pack(len(text), size[0]), text, *blob])
+
+
+def decode(text, blob):
+    """One message's JSON text and blob -> the value, with fresh plain tensors."""
+    try:
+        tree = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise WireError(f"the message is not JSON: {e}") from None
+
+    def walk(v):
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if not isinstance(v, dict) or len(v) != 1:
+            raise WireError(f"unknown value in a message: {str(v)[:80]}")
+        (tag, body), = v.items()
+        if tag == "tuple" and isinstance(body, list):
+            return tuple(walk(x) for x in body)
+        if tag == "tensor":
+            return tensor(body)
+        if tag == "dict" and isinstance(body, dict):
+            return {k: walk(x) for k, x in body.items()}
+        if tag == "device" and isinstance(body, str):
+            return torch.device(body)
+        if tag == "dtype" and body in DTYPES:
+            return DTYPES[body]
+        if tag == "opaque" and isinstance(body, str):
+            return Opaque(body[:200])
+        raise WireError(f"unknown value in a message: {str(v)[:80]}")
+
+    def tensor(body):
+        if not (isinstance(body, list) and len(body) == 4):
+            raise WireError("a tensor is [dtype, shape, offset, nbytes]")
+        name, shape, offset, nbytes = body
+        if name not in DTYPES:
+            raise WireError(f"dtype not allowed on the wire: {str(name)[:40]}")
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+                and all(type(n) is int and n >= 0 for n in shape)):
+            raise WireError(f"bad tensor shape: {str(shape)[:80]}")
+        dtype = DTYPES[name]
+        numel = 1
+        for n in shape:
+            numel *= n
+        if not (type(offset) is int and type(nbytes) is int and 0 <= offset and offset + nbytes <= len(blob)):
+            raise WireError("a tensor's bytes lie outside the message")
+        if nbytes != numel * dtype.itemsize:
+            raise WireError(f"{nbytes} bytes for a {name} tensor of shape {tuple(shape)}")
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(blob, dtype=dtype, count=numel, offset=offset).reshape(shape).clone()
+
+    try:
+        return walk(tree)
+    except RecursionError:
+        raise WireError("a message nests too deeply") from None
+
+
+def read_exact(sock, n):
+    """Exactly ``n`` bytes from a blocking socket, or None at end of file."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            return None
+        got += k
+    return buf
+
+
+def receive(sock):
+    """One message from a blocking socket (a trusted peer: the grader), or None at end of file."""
+    header = read_exact(sock, HEADER.size)
+    if header is None:
+        return None
+    n_text, n_blob = HEADER.unpack(header)
+    body = read_exact(sock, n_text + n_blob)
+    if body is None:
+        return None
+    return decode(bytes(body[:n_text]), body[n_text:])
+
+
+def projection(outputs, seed):
+    """The scalar whose gradient a gradient check compares: sum over floating outputs of (output * w).sum().
+
+    Each ``w`` has its output's shape, drawn as float64 standard normals from one CPU generator seeded
+    with ``seed`` (in the order of ``outputs``, one draw per floating output whether or not it carries a
+    gradient), then cast to the output's dtype. Returns None when no floating output carries a gradient.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    total = None
+    for out in outputs:
+        if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
+            continue
+        w = torch.randn(out.shape, generator=generator, dtype=torch.float64).to(out.dtype)
+        if out.requires_grad:
+            term = (out * w).sum()
+            total = term if total is None else total + term
+    return total
+
+
+def tensors_in(value):
+    """The tensors in a nested value, in order (tuples, lists and dict values)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_in(v)]
+    return []

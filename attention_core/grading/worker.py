@@ -1,0 +1,319 @@
+"""The grading worker: a server that imports torch once and forks one child per submission.
+
+Run by path (``python -I -S worker.py CONTROL_FD [SITE_DIR ...]``), never as part of the package:
+it imports only the standard library, torch and ``wire.py`` beside it (loaded by path), so the
+reference solution, the case files and their expected values are never in its memory.
+
+The server reads requests from the grader on the control socket: ``open`` (with the child's
+socket and the write end of its output pipe passed as file descriptors) forks a child;
+``reap`` kills a child's process group and collects its exit status; ``modules`` lists the
+server's ``sys.modules``. At the control socket's end of file it kills every child and exits.
+
+A child starts its own session (so its whole process group can be killed), sends fds 1 and 2
+to the output pipe, caps its address space, imports the submission and then answers calls on
+its socket until end of file. Nothing it sends is ever unpickled by the grader.
+"""
+
+import importlib.util
+import os
+import resource
+import signal
+import socket
+import sys
+import traceback
+import warnings
+
+
+def load_wire():
+    """``wire.py`` from beside this file, under a name no submission would use."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
+    spec = importlib.util.spec_from_file_location("_grading_wire", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- the server -----------------------------------------------------------------------------
+
+
+def serve(ctl, wire):
+    children = set()
+    while True:
+        request, fds = receive_request(ctl, wire)
+        if request is None:
+            break
+        op = request["op"]
+        if op == "open":
+            try:
+                pid = os.fork()
+            except OSError as e:
+                pid, reply = None, {"error": f"cannot fork: {e}"}
+            if pid == 0:
+                try:
+                    child_main(request, fds, ctl, wire)
+                finally:
+                    os._exit(70)
+            for fd in fds:
+                os.close(fd)
+            if pid is not None:
+                children.add(pid)
+                reply = {"pid": pid}
+        elif op == "reap":
+            pid = request["pid"]
+            reply = reap(pid) if pid in children else {"error": f"no child {pid}"}
+            children.discard(pid)
+        elif op == "modules":
+            reply = {"modules": sorted(sys.modules)}
+        else:
+            reply = {"error": f"unknown request {op!r}"}
+        ctl.sendall(wire.encode(reply))
+    for pid in children:
+        reap(pid)
+
+
+def receive_request(ctl, wire):
+    """One request and the file descriptors that came with it; (None, []) at end of file."""
+    data, fds, _, _ = socket.recv_fds(ctl, wire.HEADER.size, 4)
+    if not data:
+        return None, []
+    rest = wire.read_exact(ctl, wire.HEADER.size - len(data)) if len(data) < wire.HEADER.size else b""
+    n_text, n_blob = wire.HEADER.unpack(bytes(data) + bytes(rest))
+    body = wire.read_exact(ctl, n_text + n_blob)
+    return wire.decode(bytes(body[:n_text]), body[n_text:]), fds
+
+
+def reap(pid):
+    """Kill the process group ``pid`` leads and collect the leader's exit status."""
+    kill(pid)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        return {"signal": number, "name": name}
+    return {"code": os.waitstatus_to_exitcode(status)}
+
+
+def kill(pid):
+    """SIGKILL the child ``pid`` and its process group.
+
+    Both: a child just forked may not have called setsid() yet, and then no group ``pid`` exists (but
+    neither has it run submission code that could have started anything).
+    """
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# ---- a child: one submission ----------------------------------------------------------------
+
+
+def child_main(request, fds, ctl, wire):
+    sock_fd, out_fd = fds
+    os.setsid()
+    ctl.close()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(devnull)
+    os.close(out_fd)
+    sys.stdout.reconfigure(line_buffering=True)  # what was printed before a hang reaches the grader
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault must not write the server's image to disk
+    if request["memory"]:
+        resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
+    import torch
+
+    torch.set_num_threads(1)  # the server forked us after importing torch; stay off its thread pool
+    sock = socket.socket(fileno=sock_fd)
+    child = Child(request, wire, torch)
+    sock.sendall(wire.encode(child.hello))
+    if child.module is None:
+        return
+    while True:
+        message = wire.receive(sock)
+        if message is None:
+            return
+        reply = child.handle(message)
+        flush_streams()
+        try:
+            data = wire.encode(reply)
+        except Exception as e:  # e.g. a list that contains itself
+            data = wire.encode({"status": "raised", "message": f"the result could not be sent: {exception_text(e)}"})
+        if len(data) > request["reply_limit"]:
+            data = wire.encode({"status": "raised", "message": (
+                f"the result is {len(data)} bytes, over the limit of {request['reply_limit']}")})
+        sock.sendall(data)
+        if reply["status"] == "crashed":
+            return
+
+
+def flush_streams():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def exception_text(e):
+    try:
+        return "".join(traceback.format_exception_only(type(e), e)).strip()[:4000]
+    except Exception:
+        return type(e).__name__
+
+
+class Child:
+    """A submission's module and the calls into it."""
+
+    def __init__(self, request, wire, torch):
+        self.wire, self.torch = wire, torch
+        self.root = request["root"]
+        self.module = None
+        sys.path.insert(0, self.root)
+        package = [self.root] if request["package"] else None
+        name = request["module"]
+        if name in sys.modules:  # a file called json.py must not replace the worker's json
+            name = "_submission"
+        spec = importlib.util.spec_from_file_location(name, request["entry"],
+                                                      submodule_search_locations=package)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as e:
+            flush_streams()
+            self.hello = {"status": "import error", "message": exception_text(e), "traceback": self.frames(e),
+                          "names": []}
+            return
+        flush_streams()
+        self.module = module
+        names = [n for n in request["names"] if callable(self.lookup(n))]
+        self.hello = {"status": "ok", "message": "", "traceback": [], "names": names}
+
+    def lookup(self, name):
+        try:
+            return getattr(self.module, name, None)
+        except Exception:
+            return None
+
+    def frames(self, e):
+        """The traceback lines of ``e`` inside the submission's folder, its paths relative to it."""
+        prefix = self.root.rstrip(os.sep) + os.sep
+        kept = [traceback.FrameSummary(f.filename[len(prefix):], f.lineno, f.name, line=f.line)
+                for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(prefix)]
+        return [line for entry in traceback.format_list(kept) for line in entry.rstrip("\n").split("\n")]
+
+    def handle(self, message):
+        torch = self.torch
+        name, args, kwargs, seed = message["name"], list(message["args"]), message["kwargs"], message["grad_seed"]
+        fn = self.lookup(name)
+        if not callable(fn):
+            return {"status": "not implemented", "message": f"the submission defines no function {name}"}
+        leaves = {}
+        if seed is not None:
+            for label, t in self.floating(args, kwargs):
+                leaves[label] = t.detach().clone().requires_grad_(True)
+                # A non-leaf view of the leaf, so that an in-place change inside the call is recorded
+                # by autograd (and reported in ``mutated``) rather than refused.
+                set_arg(args, kwargs, label, leaves[label].clone())
+        before = [(label, t, t.detach().clone()) for label, t in self.tensors(args, kwargs)]
+        try:
+            with torch.enable_grad():
+                value = fn(*args, **kwargs)
+        except NotImplementedError as e:
+            return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
+        except Exception as e:
+            return {"status": "raised", "message": exception_text(e), "traceback": self.frames(e),
+                    "mutated": self.mutated(before)}
+        except BaseException as e:
+            return {"status": "crashed", "message": f"the call raised {exception_text(e)}",
+                    "traceback": self.frames(e)}
+        reply = {"status": "ok", "value": value, "mutated": self.mutated(before)}
+        if seed is not None:
+            reply.update(self.gradients(value, leaves, seed))
+        return reply
+
+    def gradients(self, value, leaves, seed):
+        torch = self.torch
+        grads = {label: None for label in leaves}
+        try:
+            loss = self.wire.projection(self.wire.tensors_in(value), seed)
+            if loss is None:
+                return {"grads": list(grads.items()),
+                        "grad_error": "no floating output carries a gradient: the result is detached from the inputs"}
+            found = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        except Exception as e:
+            frames = self.frames(e)
+            return {"grads": list(grads.items()), "grad_error": "\n".join([exception_text(e), *frames])}
+        return {"grads": [[label, g] for label, g in zip(leaves, found)], "grad_error": None}
+
+    def tensors(self, args, kwargs):
+        """(label, tensor) for the tensor arguments: an int for a position, a str for a keyword."""
+        pairs = list(enumerate(args)) + list(kwargs.items())
+        return [(label, v) for label, v in pairs if isinstance(v, self.torch.Tensor)]
+
+    def floating(self, args, kwargs):
+        return [(label, t) for label, t in self.tensors(args, kwargs) if t.is_floating_point()]
+
+    def mutated(self, before):
+        """The labels of the tensor arguments whose shape, dtype or values the call changed."""
+        changed = []
+        for label, t, old in before:
+            try:
+                new = self.wire.plain_tensor(t)
+                same = new.shape == old.shape and new.dtype == old.dtype and (self.torch.equal(new, old) or bool(
+                    ((new == old) | ((new != new) & (old != old))).all()))  # NaN where NaN was
+            except Exception:
+                same = False
+            if not same:
+                changed.append(label)
+        return changed
+
+
+def set_arg(args, kwargs, label, value):
+    if isinstance(label, int):
+        args[label] = value
+    else:
+        kwargs[label] = value
+
+
+def warm_up(torch):
+    """Run the common kernels once on one thread, so that each child does not pay their first-call set-up.
+
+    Backward only where no accelerator is present: there autograd starts no device threads, which a
+    fork could not copy (a child would refuse to run backward).
+    """
+    torch.set_num_threads(1)  # no thread pool exists when we fork
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    accelerator = getattr(torch, "accelerator", None)
+    x.requires_grad_(accelerator is not None and accelerator.device_count() == 0)
+    for t in (x, x.float()):
+        w = (t @ t.transpose(-2, -1) / 2.0).masked_fill(~torch.ones(3, 3, dtype=torch.bool).tril(), float("-inf"))
+        w = (w - w.max(-1, keepdim=True).values).exp().softmax(-1)
+        y = (w.sum(-1, keepdim=True) + t.mean(-1).var(-1).sqrt().sum()).cumsum(-2)
+        y.equal(w)
+        if x.requires_grad:
+            torch.autograd.grad((y * y).sum(), [x])
+        torch.frombuffer(bytearray(8), dtype=torch.float32).reshape(2).clone()
+
+
+def main(argv):
+    ctl_fd, site_dirs = int(argv[1]), argv[2:]
+    sys.path.extend(d for d in site_dirs if d not in sys.path)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader handles ^C and closes us
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    wire = load_wire()  # imports torch
+    warm_up(sys.modules["torch"])
+    serve(socket.socket(fileno=ctl_fd), wire)
+    os._exit(0)  # skip the interpreter's and torch's finalisation: nothing is left to flush
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,335 @@
+"""The grading worker: submissions run in forked children and every outcome comes back as data."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from attention_core.grading import wire
+from attention_core.grading.client import Worker
+
+pytestmark = pytest.mark.grading
+
+SOFTMAX = """
+import torch
+
+def softmax(x, dim=-1):
+    e = (x - x.max(dim, keepdim=True).values).exp()
+    return e / e.sum(dim, keepdim=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with Worker(budget=30.0) as w:
+        yield w
+
+
+@pytest.fixture
+def submit(worker, tmp_path):
+    opened = []
+
+    def submit(source, name="sub.py", **options):
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        opened.append(worker.open(path, **options))
+        return opened[-1]
+
+    yield submit
+    for submission in opened:
+        submission.close()
+
+
+def alive(pid):
+    """Whether ``pid`` is a process that has not exited (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_correct_call_returns_plain_tensors_with_the_right_values(submit):
+    s = submit(SOFTMAX)
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    outcome = s.call("softmax", (x,), {"dim": 1})
+    assert (s.status, s.names) == ("ok", ("softmax",))
+    assert outcome.status == "ok" and outcome.mutated == ()
+    assert type(outcome.value) is torch.Tensor
+    torch.testing.assert_close(outcome.value, torch.softmax(x, 1), rtol=0, atol=1e-15)
+
+
+def test_values_of_every_kind_cross_both_ways(submit):
+    s = submit("def split_heads(x, n_heads):\n    return x, n_heads\n")
+    args = ((torch.arange(6).reshape(2, 3), None, True, 2, 0.5, "s", [1.5, (2,)], torch.device("cpu"),
+             torch.zeros(0, 3, dtype=torch.bfloat16), torch.tensor([True, False])), torch.float16)
+    outcome = s.call("split_heads", args)
+    assert outcome.status == "ok"
+    sent, got = args[0], outcome.value[0]
+    assert got[1:8] == sent[1:8] and outcome.value[1] is torch.float16
+    for a, b in zip((sent[0], sent[8], sent[9]), (got[0], got[8], got[9])):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape) and torch.equal(a, b)
+
+
+def test_a_missing_function_and_not_implemented_error_are_not_implemented(submit):
+    s = submit("def softmax(x, dim=-1):\n    raise NotImplementedError('later')\n")
+    assert s.call("softmax", (torch.ones(2),)).status == "not implemented"
+    missing = s.call("layer_norm", (torch.ones(2),))
+    assert (missing.status, missing.message) == ("not implemented", "the submission defines no function layer_norm")
+    with pytest.raises(ValueError, match="not a spec function"):
+        s.call("helper", ())
+
+
+def test_an_exception_is_raised_with_the_submissions_traceback_lines_only(submit):
+    s = submit("""
+        def helper(x):
+            return x.reshape(7)
+
+        def layer_norm(x, eps=1e-5):
+            print("normalising")
+            return helper(x)
+    """)
+    outcome = s.call("layer_norm", (torch.ones(2, 3),))
+    assert outcome.status == "raised"
+    assert outcome.message.startswith("RuntimeError: shape '[7]' is invalid")
+    assert outcome.traceback == (
+        '  File "sub.py", line 7, in layer_norm', "    return helper(x)",
+        '  File "sub.py", line 3, in helper', "    return x.reshape(7)")
+    assert outcome.output == "normalising\n"
+
+
+def test_a_hang_times_out_keeps_its_output_and_the_next_call_works(submit):
+    s = submit(SOFTMAX + "\ndef layer_norm(x, eps=1e-5):\n    print('start')\n    while True:\n        pass\n")
+    first = s.pid
+    outcome = s.call("layer_norm", (torch.ones(2),), timeout=0.5)
+    assert (outcome.status, outcome.message) == ("timeout", "the call did not return within 0.5 s")
+    assert outcome.output == "start\n"
+    assert 0.5 <= outcome.seconds < 5
+    assert s.call("softmax", (torch.zeros(2),)).value.tolist() == [0.5, 0.5]
+    assert s.pid != first and not alive(first)
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("import os; os._exit(0)", "the submission's process died (exit code 0)"),
+    ("import ctypes; ctypes.string_at(0)", "the submission's process died (killed by signal 11, SIGSEGV)"),
+    ("import sys; sys.exit(3)", "the call raised SystemExit: 3"),
+    ("raise KeyboardInterrupt", "the call raised KeyboardInterrupt"),
+])
+def test_a_crash_says_why_and_the_child_is_replaced(submit, body, reason):
+    s = submit(SOFTMAX + f"\ndef causal_average(x):\n    {body}\n")
+    first = s.pid
+    outcome = s.call("causal_average", (torch.ones(2, 2),))
+    assert (outcome.status, outcome.message) == ("crashed", reason)
+    assert s.call("softmax", (torch.zeros(2),)).status == "ok"
+    assert s.pid != first and not alive(first)
+
+
+def test_an_import_error_is_data(submit):
+    s = submit("import torch\n\ndef softmax(x, dim=-1):\n    return x\n\nprint('loading')\n1 / 0\n")
+    assert (s.status, s.message, s.names) == ("import error", "ZeroDivisionError: division by zero", ())
+    assert s.traceback == ('  File "sub.py", line 7, in <module>', "    1 / 0")
+    assert s.output == "loading\n"
+    assert s.call("softmax", (torch.ones(1),)).status == "not implemented"
+    syntax = submit("def softmax(x:\n", name="bad.py")
+    assert syntax.status == "import error" and "SyntaxError" in syntax.message and "bad.py" in syntax.message
+
+
+def test_an_import_that_hangs_is_an_import_error(submit, worker):
+    timeout, worker.import_timeout = worker.import_timeout, 0.5
+    try:
+        s = submit("print('importing')\nwhile True:\n    pass\n")
+    finally:
+        worker.import_timeout = timeout
+    assert (s.status, s.message, s.output) == ("import error", "the import did not finish within 0.5 s", "importing\n")
+    assert s.pid is None
+
+
+def test_memory_beyond_the_cap_cannot_be_had(submit):
+    s = submit("import torch\n\ndef causal_average(x):\n    return torch.empty(2**31)  # 8 GiB, never touched\n")
+    outcome = s.call("causal_average", (torch.ones(1),))
+    assert outcome.status == "raised" and "can't allocate memory" in outcome.message
+
+
+def test_a_folder_submission_imports_its_own_helpers(worker, tmp_path):
+    (tmp_path / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
+    (tmp_path / "solution.py").write_text("from helpers import double\n\ndef causal_average(x):\n    return double(x)\n")
+    with worker.open(tmp_path, entry="solution.py") as s:
+        assert s.call("causal_average", (torch.ones(2),)).value.tolist() == [2.0, 2.0]
+    with worker.open(tmp_path, entry="attention.py") as misnamed:
+        assert misnamed.status == "import error" and "attention.py" in misnamed.message
+    with pytest.raises(ValueError, match="say which file is the submission"):
+        worker.open(tmp_path)
+
+
+def test_a_rigged_tensor_subclass_comes_back_plain_with_its_true_values(submit, tmp_path):
+    marker = tmp_path / "pickled"
+    s = submit(f"""
+        import torch
+
+        class Rigged(torch.Tensor):
+            def __eq__(self, other):
+                return True
+
+            def __reduce_ex__(self, protocol):
+                return (open, ({str(marker)!r}, "w"))
+
+        def softmax(x, dim=-1):
+            return torch.full((2,), 7.0).as_subclass(Rigged)
+    """)
+    outcome = s.call("softmax", (torch.ones(2),))
+    assert type(outcome.value) is torch.Tensor and outcome.value.tolist() == [7.0, 7.0]
+    assert not (outcome.value == torch.zeros(2)).any()
+    assert not marker.exists()
+
+
+def test_an_in_place_change_of_an_argument_is_reported(submit):
+    s = submit("""
+        def attention(q, k, v, mask=None, scale=None):
+            q /= 2
+            return q, k
+    """)
+    q = torch.ones(2, 2)
+    outcome = s.call("attention", (q, torch.ones(2, 2)), {"v": torch.ones(2, 2)})
+    assert outcome.mutated == (0,)
+    assert torch.equal(q, torch.ones(2, 2))  # the grader's own tensor is untouched
+    assert s.call_grad("attention", (q, q, q), projection_seed=0).mutated == (0,)
+
+
+def test_gradients_flow_for_a_correct_function_and_are_none_where_detached(submit):
+    s = submit(SOFTMAX + "\ndef layer_norm(x, eps=1e-5):\n    return x.detach() * 2\n")
+    x = torch.randn(3, 4, dtype=torch.float64)
+    outcome = s.call_grad("softmax", (x,), {"dim": 0}, projection_seed=5)
+    leaf = x.clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(wire.projection([torch.softmax(leaf, 0)], 5), [leaf])
+    assert outcome.status == "ok" and outcome.grad_error is None
+    assert set(outcome.grads) == {0}
+    torch.testing.assert_close(outcome.grads[0], expected, rtol=0, atol=1e-15)
+    detached = s.call_grad("layer_norm", (x,), {"eps": 1e-5}, projection_seed=5)
+    assert detached.status == "ok" and detached.grads == {0: None}
+    assert "no floating output carries a gradient" in detached.grad_error
+
+
+def test_a_failing_backward_is_a_grad_error(submit):
+    s = submit("""
+        def causal_average(x):
+            y = x.exp()
+            y.mul_(2)  # exp saved its result for backward
+            return y
+    """)
+    outcome = s.call_grad("causal_average", (torch.ones(3),), projection_seed=1)
+    assert outcome.status == "ok" and outcome.grads == {0: None}
+    assert "modified by an inplace operation" in outcome.grad_error
+
+
+def test_a_print_flood_is_truncated_without_hanging(submit):
+    s = submit("def causal_average(x):\n    print('x' * 200_000_000)\n    return x\n")
+    outcome = s.call("causal_average", (torch.ones(1),), timeout=30)
+    assert outcome.status == "ok"
+    assert outcome.output == "x" * 10_000 + "\n[... 199990001 more bytes of output not shown]"
+
+
+def test_the_server_never_imports_the_package(submit, worker):
+    assert not [m for m in worker.server_modules() if m.split(".")[0] == "attention_core"]
+    cmdline = open(f"/proc/{worker.pid}/cmdline", "rb").read().split(b"\0")
+    assert cmdline[1:3] == [b"-I", b"-S"] and cmdline[3].endswith(b"attention_core/grading/worker.py")
+    s = submit("import sys\nprint([m for m in sys.modules if 'attention_core' in m])\n"
+               "def softmax(x, dim=-1):\n    return x\n")
+    assert s.output == "[]\n"
+
+
+def test_a_reply_over_the_limit_is_refused(submit, worker):
+    limit = worker.reply_limit
+    worker.reply_limit = 10_000
+    try:
+        s = submit("""
+            import os, struct, torch
+
+            def softmax(x, dim=-1):
+                return torch.zeros(10_000)
+
+            def causal_average(x):
+                fd = next(int(fd) for fd in os.listdir("/proc/self/fd")
+                          if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"))
+                os.write(fd, struct.pack("!QQ", 1 << 40, 0))
+                return x
+        """)
+        big = s.call("softmax", (torch.ones(1),))
+        assert big.status == "raised" and big.message == "the result is 40100 bytes, over the limit of 10000"
+        forged = s.call("causal_average", (torch.ones(1),))
+        assert forged.status == "crashed"
+        assert forged.message.startswith(f"the submission's process sent {(1 << 40) + 16} bytes, over the limit")
+    finally:
+        worker.reply_limit = limit
+
+
+def test_the_time_budget_ends_calls_once_spent(submit):
+    s = submit(SOFTMAX + "\ndef causal_average(x):\n    while True:\n        pass\n", budget=1.0)
+    assert s.call("causal_average", (torch.ones(1),), timeout=0.6).status == "timeout"
+    second = s.call("causal_average", (torch.ones(1),), timeout=0.6)
+    assert second.status == "timeout" and 0.3 < second.seconds < 0.5 + 1
+    spent = s.call("softmax", (torch.ones(1),))
+    assert (spent.status, spent.message) == ("timeout", "the submission's time budget of 1 s is spent")
+
+
+def test_closing_right_after_a_crash_kills_the_child_just_forked(submit):
+    # The replacement may not have reached setsid() yet: there is no process group to kill then.
+    for _ in range(5):
+        s = submit("import os\n\ndef causal_average(x):\n    os._exit(1)\n")
+        assert s.call("causal_average", (torch.ones(1),)).status == "crashed"
+        replacement = s.pid
+        s.close()
+        assert not alive(replacement)
+    with pytest.raises(ValueError, match="closed"):
+        s.call("causal_average", (torch.ones(1),))
+
+
+def test_closing_kills_the_child_and_what_it_started(worker, tmp_path):
+    path = tmp_path / "spawner.py"
+    path.write_text(f"""import subprocess\np = subprocess.Popen([{sys.executable!r}, "-c", "import time; time.sleep(60)"])
+print(p.pid)\n""")
+    s = worker.open(path)
+    child, grandchild = s.pid, int(s.output)
+    assert alive(child) and alive(grandchild)
+    s.close()
+    assert not alive(child)
+    for _ in range(500):  # the orphan is collected by init once killed
+        if not alive(grandchild):
+            break
+        time.sleep(0.02)
+    assert not alive(grandchild)
+
+
+def test_closing_the_worker_ends_the_server_and_every_child(tmp_path):
+    (tmp_path / "sub.py").write_text(SOFTMAX)
+    w = Worker()
+    submissions = [w.open(tmp_path / "sub.py") for _ in range(3)]
+    pids = [w.pid, *(s.pid for s in submissions)]
+    assert all(alive(pid) for pid in pids)
+    w.close()
+    assert not any(alive(pid) for pid in pids)
+    zombies = subprocess.run(["ps", "-o", "stat=", "--ppid", str(os.getpid())], capture_output=True, text=True)
+    assert "Z" not in zombies.stdout
+
+
+@pytest.mark.parametrize("body, error", [
+    ({"tensor": ["float32", [2], 0, 4]}, "4 bytes for a float32 tensor of shape (2,)"),
+    ({"tensor": ["object", [1], 0, 8]}, "dtype not allowed on the wire: object"),
+    ({"tensor": ["float64", [1], 8, 8]}, "a tensor's bytes lie outside the message"),
+    ({"pickle": "gASVAAAA"}, "unknown value in a message"),
+])
+def test_the_wire_refuses_malformed_tensors(body, error):
+    import json
+
+    with pytest.raises(wire.WireError, match=error.replace("(", r"\(").replace(")", r"\)")):
+        wire.decode(json.dumps(body).encode(), bytearray(8))
+
+
+def test_the_wire_names_what_it_does_not_carry():
+    data = wire.encode({"a": {1, 2}, "b": torch.ones(2).to_sparse()})
+    n_text, _ = wire.HEADER.unpack_from(data)
+    value = wire.decode(data[16:16 + n_text], bytearray())
+    assert value == {"a": wire.Opaque("set"), "b": wire.Opaque("tensor (torch.sparse_coo, cpu)")}
