@@ -1,0 +1,309 @@
+"""Known mistakes: the reference core with one slip each, to name what a failed check got wrong.
+
+A :class:`Mutant` replaces some spec functions (``functions``); every other function is the
+reference's. Grading compares a student's output with each relevant mutant's output and names
+the mistake whose output it matches.
+
+Every mutant function is self-contained source: it uses ``torch``, ``math`` and the private
+helpers below, never another module of the package, so :func:`submission_source` can write any
+mutant out as a standalone student module.
+"""
+
+import inspect
+import io
+import math
+import tokenize
+from dataclasses import dataclass
+
+import torch
+
+from attention_core import reference
+
+BREAKS = ("values", "gradient", "side effect")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One known mistake.
+
+    Attributes:
+        name: short id, e.g. ``"no_scale"``.
+        functions: spec function name -> the mistaken function; the rest is the reference.
+        mistake: what is wrong, in the spec's words.
+        fix: how to put it right, one sentence.
+        breaks: what it gets wrong: ``"values"``, ``"gradient"`` or ``"side effect"``.
+    """
+
+    name: str
+    functions: dict
+    mistake: str
+    fix: str
+    breaks: str
+
+    def __post_init__(self):
+        if self.breaks not in BREAKS:
+            raise ValueError(f"breaks must be one of {BREAKS}, not {self.breaks!r}")
+
+
+# ---------------------------------------------------------------- the reference's pieces, copied
+
+
+def _softmax(x, dim=-1):
+    """The reference softmax: the maximum (0 for a row without a finite one) is subtracted first."""
+    top = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _masked(scores, mask):
+    """Scores with a bool mask (True = may attend; blocked get -inf) or a floating mask added."""
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))
+    if mask.is_floating_point():
+        return scores + mask
+    raise TypeError(f"mask must be bool (True = may attend) or floating (added), not {mask.dtype}")
+
+
+def _scores(q, k, mask=None, scale=None):
+    """Scaled, masked scores ``(..., Tq, Tk)``; the scale defaults to 1 / sqrt(d_k)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return _masked((q @ k.transpose(-2, -1)) * scale, mask)
+
+
+def _split(x, n_heads):
+    """``(..., T, C)`` -> ``(..., n_heads, T, C // n_heads)``."""
+    if x.shape[-1] % n_heads:
+        raise ValueError(f"channels {x.shape[-1]} do not divide into {n_heads} heads")
+    return x.unflatten(-1, (n_heads, -1)).transpose(-3, -2)  # (..., nh, T, hs)
+
+
+def _merge(x):
+    """``(..., n_heads, T, hs)`` -> ``(..., T, n_heads * hs)``."""
+    return x.transpose(-3, -2).flatten(-2)  # (..., T, nh * hs)
+
+
+# ---------------------------------------------------------------- wrong values
+
+
+def attention_without_scale(q, k, v, mask=None, scale=None):
+    weights = _softmax(_scores(q, k, mask, 1.0 if scale is None else scale))  # (..., Tq, Tk)
+    return weights @ v, weights
+
+
+def attention_scaled_by_d_v(q, k, v, mask=None, scale=None):
+    scale = 1.0 / math.sqrt(v.shape[-1]) if scale is None else scale  # d_v where d_k belongs
+    weights = _softmax(_scores(q, k, mask, scale))
+    return weights @ v, weights
+
+
+def attention_with_v_transposed(q, k, v, mask=None, scale=None):
+    weights = _softmax(_scores(q, k, mask, scale))
+    return weights @ v.transpose(-2, -1), weights  # runs only where v's last two sizes allow
+
+
+def softmax_over_dim_0(x, dim=-1):
+    return _softmax(x, dim=0)  # the given dim ignored
+
+
+def attention_softmax_over_queries(q, k, v, mask=None, scale=None):
+    weights = _softmax(_scores(q, k, mask, scale), dim=-2)  # each column sums to one
+    return weights @ v, weights
+
+
+def attention_mask_inverted(q, k, v, mask=None, scale=None):
+    if mask is not None and mask.dtype == torch.bool:
+        mask = ~mask  # read as nn.MultiheadAttention's: True = may not attend
+    weights = _softmax(_scores(q, k, mask, scale))
+    return weights @ v, weights
+
+
+def causal_mask_without_diagonal(T, device=None):
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
+
+
+def softmax_without_shift(x, dim=-1):
+    e = torch.exp(x)  # inf for large scores in float32: inf / inf is nan
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def causal_average_without_current(x):
+    before = x.cumsum(dim=-2) - x  # (..., T, C): the sum of rows 0..t-1
+    counts = torch.arange(x.shape[-2], dtype=x.dtype, device=x.device).clamp(min=1)  # row 0: zeros
+    return before / counts[:, None]
+
+
+def split_heads_by_bare_view(x, n_heads):
+    *lead, T, C = x.shape
+    return x.reshape(*lead, n_heads, T, C // n_heads)  # (..., nh, T, hs), rows and heads mixed up
+
+
+def merge_heads_by_bare_view(x):
+    *lead, nh, T, hs = x.shape
+    return x.reshape(*lead, T, nh * hs)  # (..., T, C) with the head axis still in front of T
+
+
+def attention_returning_scores(q, k, v, mask=None, scale=None):
+    scores = _scores(q, k, mask, scale)  # (..., Tq, Tk)
+    return _softmax(scores) @ v, scores
+
+
+def multi_head_attention_without_mask(x, w_q, w_k, w_v, n_heads, mask=None):
+    q, k, v = (_split(x @ w, n_heads) for w in (w_q, w_k, w_v))  # (..., nh, T, d_k or d_v)
+    weights = _softmax(_scores(q, k))  # the mask never used
+    return _merge(weights @ v), weights
+
+
+def attention_with_k_T(q, k, v, mask=None, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    weights = _softmax(_masked((q @ k.T) * scale, mask))  # .T reverses every axis of a batched k
+    return weights @ v, weights
+
+
+def layer_norm_unbiased(x, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(x.var(dim=-1, keepdim=True) + eps)  # var divides by C - 1
+
+
+# ---------------------------------------------------------------- right values, wrong otherwise
+
+
+def attention_scores_detached(q, k, v, mask=None, scale=None):
+    weights = _softmax(_scores(q, k, mask, scale).detach())  # no gradient reaches q or k
+    return weights @ v, weights
+
+
+def softmax_through_tolist(x, dim=-1):
+    x = torch.tensor(x.tolist(), dtype=x.dtype, device=x.device)  # a new leaf: the graph is cut
+    return _softmax(x, dim=dim)
+
+
+def layer_norm_under_no_grad(x, eps=1e-5):
+    with torch.no_grad():
+        centred = x - x.mean(dim=-1, keepdim=True)
+        return centred / torch.sqrt((centred ** 2).mean(dim=-1, keepdim=True) + eps)
+
+
+def attention_scaling_q_in_place(q, k, v, mask=None, scale=None):
+    k, v = k.clone(), v.clone()  # read first: q may be k or v itself, as in attention(x, x, x)
+    q.mul_(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)  # the caller's q is changed
+    weights = _softmax(_scores(q, k, mask, 1.0))
+    return weights @ v, weights
+
+
+MUTANTS = (
+    Mutant("no_scale", {"attention": attention_without_scale},
+           "the scores q @ kᵀ are not multiplied by the default scale 1 / sqrt(d_k)",
+           "Multiply the scores by scale, which defaults to 1 / sqrt(d_k) (q.shape[-1]).", "values"),
+    Mutant("scale_by_d_v", {"attention": attention_scaled_by_d_v},
+           "the default scale is 1 / sqrt(d_v), from v's last dimension, instead of 1 / sqrt(d_k)",
+           "Take the default scale from q's (or k's) last dimension: 1 / sqrt(d_k).", "values"),
+    Mutant("weights_times_v_transposed", {"attention": attention_with_v_transposed},
+           "the output is weights @ vᵀ (the value.T slip) instead of weights @ v; it runs only when v is square",
+           "Return weights @ v, of shape (..., Tq, d_v).", "values"),
+    Mutant("softmax_wrong_axis",
+           {"softmax": softmax_over_dim_0, "attention": attention_softmax_over_queries},
+           "softmax over the wrong axis: softmax over dim 0 whatever dim is given, and attention's softmax "
+           "over the query axis (dim -2), so columns instead of rows sum to one",
+           "Normalise over the given dim in softmax, and over the key axis (dim -1) of the scores in attention.",
+           "values"),
+    Mutant("mask_inverted", {"attention": attention_mask_inverted},
+           "the bool mask is read inverted: True is taken as blocked, where the spec's True means may attend",
+           "Fill the scores with -inf where the mask is False (scores.masked_fill(~mask, -inf)).", "values"),
+    Mutant("causal_mask_without_diagonal", {"causal_mask": causal_mask_without_diagonal},
+           "the causal mask leaves out the diagonal (tril(-1)): query i may not attend to key i",
+           "Keep the diagonal: True where j <= i (tril(), not tril(-1)).", "values"),
+    Mutant("softmax_without_max_subtraction", {"softmax": softmax_without_shift},
+           "softmax without subtracting the maximum first: exp overflows to inf and the result is nan for "
+           "large inputs such as [1000, 2000, 3000] in float32",
+           "Subtract the maximum along dim (keepdim=True) before exp.", "values"),
+    Mutant("causal_average_without_current", {"causal_average": causal_average_without_current},
+           "the causal average leaves out the current row: row t is the mean of rows 0..t-1 (row 0 zeros), "
+           "not of rows 0..t",
+           "Average rows 0..t inclusive: the cumulative sum divided by t + 1.", "values"),
+    Mutant("split_heads_without_transpose", {"split_heads": split_heads_by_bare_view},
+           "the heads are split by a bare view/reshape to (..., n_heads, T, hs), with no transpose: "
+           "each head takes rows of other positions, not its own channels",
+           "Reshape to (..., T, n_heads, hs), then transpose(-3, -2).", "values"),
+    Mutant("merge_heads_without_transpose", {"merge_heads": merge_heads_by_bare_view},
+           "the heads are merged without moving the head axis back: (..., n_heads, T, hs) reshaped "
+           "straight to (..., T, n_heads * hs)",
+           "transpose(-3, -2) to (..., T, n_heads, hs) first, then reshape.", "values"),
+    Mutant("weights_are_scores", {"attention": attention_returning_scores},
+           "attention returns the scaled scores before the softmax as its weights",
+           "Return the softmax of the scores as the weights, the same weights that multiply v.", "values"),
+    Mutant("multi_head_attention_drops_mask", {"multi_head_attention": multi_head_attention_without_mask},
+           "multi_head_attention drops the mask: every head attends to every key",
+           "Pass the mask on to each head's attention (it broadcasts over the heads).", "values"),
+    Mutant("transpose_for_2d_only", {"attention": attention_with_k_T},
+           "k.T instead of k.transpose(-2, -1): right for a 2-D k, but on batched inputs .T reverses every "
+           "axis, so it raises or computes the wrong product",
+           "Transpose only the last two axes: k.transpose(-2, -1) (or k.mT).", "values"),
+    Mutant("layer_norm_unbiased_variance", {"layer_norm": layer_norm_unbiased},
+           "layer_norm divides by the unbiased (n-1) variance instead of the biased one (divided by C)",
+           "Use x.var(dim=-1, unbiased=False, keepdim=True).", "values"),
+    Mutant("scores_detached", {"attention": attention_scores_detached},
+           "the scores are .detach()ed: the values are right but no gradient reaches q or k",
+           "Remove .detach(): keep every step of the computation in the autograd graph.", "gradient"),
+    Mutant("tolist_round_trip", {"softmax": softmax_through_tolist},
+           "softmax goes through .tolist() and torch.tensor: the values are right but the result is cut "
+           "from the autograd graph, so x gets no gradient",
+           "Compute on the tensor itself with torch operations, never through Python lists.", "gradient"),
+    Mutant("computed_under_no_grad", {"layer_norm": layer_norm_under_no_grad},
+           "layer_norm is computed under torch.no_grad(): the values are right but there is no gradient",
+           "Remove torch.no_grad(): the spec functions must stay differentiable.", "gradient"),
+    Mutant("q_scaled_in_place", {"attention": attention_scaling_q_in_place},
+           "q is scaled in place (q.mul_(scale)): the values are right but the caller's q is changed",
+           "Scale out of place: scores = (q @ k.transpose(-2, -1)) * scale.", "side effect"),
+)
+
+BY_NAME = {m.name: m for m in MUTANTS}
+
+
+def relevant(function_name):
+    """The mutants that change the spec function ``function_name``."""
+    return [m for m in MUTANTS if function_name in m.functions]
+
+
+def submission_source(mutant):
+    """A complete, standalone Python module (importing only torch and math) with every spec function.
+
+    The reference module's text comes first, then the private helpers the mutant uses, then the
+    mutant's functions under their spec names. The reference functions the mutant replaces keep
+    their text under the name ``_reference_<name>``, and the reference's own calls go there: each
+    spec function of the module behaves as ``{**reference, **mutant.functions}`` does.
+    """
+    parts = [_renamed(inspect.getsource(reference), {name: f"_reference_{name}" for name in mutant.functions})]
+    parts += [inspect.getsource(helper) for helper in _helpers(mutant.functions.values())]
+    parts += [_renamed(inspect.getsource(f), {f.__name__: name}) for name, f in mutant.functions.items()]
+    return "\n\n".join(part.rstrip("\n") + "\n" for part in parts)
+
+
+def _helpers(functions):
+    """The private module-level functions of this module that ``functions`` use, at any depth, in source order."""
+    found, todo = set(), list(functions)
+    while todo:
+        code = todo.pop().__code__
+        names = set(code.co_names).union(*(c.co_names for c in code.co_consts if inspect.iscode(c)))
+        for name in names:
+            helper = globals().get(name)
+            if name.startswith("_") and inspect.isfunction(helper) and helper not in found:
+                found.add(helper)
+                todo.append(helper)
+    return sorted(found, key=lambda f: f.__code__.co_firstlineno)
+
+
+def _renamed(source, names):
+    """``source`` with each name of ``names`` renamed where it is a name (not an attribute, string or comment)."""
+    edits, previous = [], None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NAME and token.string in names and previous != ".":
+            edits.append(token)
+        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            previous = token.string
+    lines = source.splitlines(keepends=True)
+    for token in reversed(edits):  # right to left, so earlier columns stay where they were
+        (row, col), (_, end) = token.start, token.end
+        lines[row - 1] = lines[row - 1][:col] + names[token.string] + lines[row - 1][end:]
+    return "".join(lines)
