@@ -1,0 +1,217 @@
+"""The shipped mutant library: each mutant is wrong where it says, right where it says, and writes out as a submission."""
+
+import ast
+import functools
+import inspect
+
+import pytest
+import torch
+
+from attention_core import reference, spec
+from attention_core.grading import mutants
+from attention_core.grading.mutants import MUTANTS, Mutant, relevant, submission_source
+from attention_core.harness import runner
+
+# transpose_for_2d_only uses k.T on batched tensors on purpose; torch warns that it is deprecated.
+pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
+
+GRADED = [item for item in runner.collect(runner.default_cases_folder())
+          if item.error is None and item.check.kind == "call"]
+BY_BREAKS = {breaks: [m for m in MUTANTS if m.breaks == breaks] for breaks in mutants.BREAKS}
+
+
+def ids(mutant):
+    return mutant.name
+
+
+def _checks(mutant):
+    """(item, result) for each graded check that calls a function the mutant changes."""
+    functions = {**runner.REFERENCE, **mutant.functions}
+    return ((item, runner.run(item, functions=functions)) for item in GRADED if item.check.function in mutant.functions)
+
+
+# ---------------------------------------------------------------- against the shipped case files
+
+
+@pytest.mark.parametrize("mutant", BY_BREAKS["values"], ids=ids)
+def test_a_values_mutant_fails_a_shipped_check(mutant):
+    assert any(not result.passed for _, result in _checks(mutant)), f"{mutant.name}: no shipped check catches it"
+
+
+@pytest.mark.parametrize("mutant", BY_BREAKS["gradient"] + BY_BREAKS["side effect"], ids=ids)
+def test_a_mutant_with_right_values_passes_every_shipped_check(mutant):
+    checks = list(_checks(mutant))
+    assert checks, f"{mutant.name}: no shipped check calls {sorted(mutant.functions)}"
+    for item, result in checks:
+        assert result.passed, result.report
+
+
+# ---------------------------------------------------------------- sample inputs
+
+
+def _sample(name):
+    """Fresh ``(args, kwargs)`` for spec function ``name``: batched, float32, the same on every call."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    return {
+        "softmax": lambda: ((r(2, 3, 4),), {"dim": -1}),
+        "causal_mask": lambda: ((5,), {}),
+        "causal_average": lambda: ((r(2, 5, 3),), {}),
+        "attention": lambda: ((r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)),
+                              {"mask": torch.ones(3, 5, dtype=torch.bool).tril(2)}),  # every row attends somewhere
+        "split_heads": lambda: ((r(2, 5, 6), 3), {}),
+        "merge_heads": lambda: ((r(2, 3, 5, 2),), {}),
+        "multi_head_attention": lambda: ((r(2, 5, 6), r(6, 6), r(6, 6), r(6, 4), 2),
+                                         {"mask": torch.ones(5, 5, dtype=torch.bool).tril()}),
+        "layer_norm": lambda: ((r(2, 3, 4),), {}),
+    }[name]()
+
+
+def _outcome(function, name):
+    """The results as a tuple of tensors, or the type of the exception raised."""
+    args, kwargs = _sample(name)
+    try:
+        result = function(*args, **kwargs)
+    except Exception as err:
+        return type(err)
+    return result if isinstance(result, tuple) else (result,)
+
+
+@functools.cache
+def _submission(mutant_name):
+    """The spec functions of the mutant's submission source, executed in a fresh namespace."""
+    namespace = {"__name__": f"submission_{mutant_name}"}
+    exec(compile(submission_source(mutants.BY_NAME[mutant_name]), f"<{mutant_name}>", "exec"), namespace)
+    return {name: namespace[name] for name in spec.NAMES}
+
+
+def _library(mutant_name):
+    return {**runner.REFERENCE, **mutants.BY_NAME[mutant_name].functions}
+
+
+FRONTS = {"library": _library, "submission": _submission}
+
+
+# ---------------------------------------------------------------- gradients and side effects
+
+
+def _gradients(function, name):
+    """d sum(output * a fixed random projection) / d each floating input; None where none reaches it."""
+    args, kwargs = _sample(name)
+    inputs = [a.requires_grad_() for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    output = function(*args, **kwargs)
+    output = output[0] if isinstance(output, tuple) else output
+    if not output.requires_grad:
+        return [None] * len(inputs)
+    projection = torch.randn(output.shape, generator=torch.Generator().manual_seed(1))
+    return torch.autograd.grad((output * projection).sum(), inputs, allow_unused=True)
+
+
+@pytest.mark.parametrize("front", FRONTS)
+@pytest.mark.parametrize("mutant", BY_BREAKS["gradient"], ids=ids)
+def test_a_gradient_mutant_loses_or_breaks_the_gradient(mutant, front):
+    for name in mutant.functions:
+        expected = _gradients(reference.__dict__[name], name)
+        assert all(g is not None for g in expected)
+        actual = _gradients(FRONTS[front](mutant.name)[name], name)
+        assert any(a is None or not torch.allclose(a, e) for a, e in zip(actual, expected)), \
+            f"{mutant.name}: {name}'s gradient is right"
+
+
+def _changes_its_inputs(function, name):
+    args, kwargs = _sample(name)
+    before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    try:
+        function(*args, **kwargs)
+    except Exception:
+        pass
+    return any(isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(args, before))
+
+
+@pytest.mark.parametrize("front", FRONTS)
+@pytest.mark.parametrize("mutant", MUTANTS, ids=ids)
+def test_only_a_side_effect_mutant_changes_the_callers_tensors(mutant, front):
+    functions = FRONTS[front](mutant.name)
+    changed = [name for name in mutant.functions if _changes_its_inputs(functions[name], name)]
+    assert bool(changed) == (mutant.breaks == "side effect"), changed
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=ids)
+def test_a_mutant_keeps_the_float32_dtype(mutant):
+    for name, function in mutant.functions.items():
+        outcome = _outcome(function, name)
+        if isinstance(outcome, tuple):
+            assert all(t.dtype == torch.float32 for t in outcome if t.is_floating_point()), name
+
+
+# ---------------------------------------------------------------- the submission source
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=ids)
+def test_the_submission_source_behaves_as_the_mutant_for_every_spec_function(mutant):
+    submission, library = _submission(mutant.name), _library(mutant.name)
+    for name in spec.NAMES:
+        expected, actual = _outcome(library[name], name), _outcome(submission[name], name)
+        if isinstance(expected, type):
+            assert actual is expected, name
+        else:
+            torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True, msg=name)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=ids)
+def test_the_submission_source_imports_only_torch_and_math(mutant):
+    tree = ast.parse(submission_source(mutant))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree))
+    assert imported == {"math", "torch"}
+    defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert len(defined) == len(set(defined)), "a name defined twice"
+    assert set(spec.NAMES) <= set(defined)
+
+
+def test_a_mutant_function_uses_only_torch_math_and_the_private_helpers():
+    allowed = {"torch", "math"}
+    for function in [f for m in MUTANTS for f in m.functions.values()] + mutants._helpers(
+            f for m in MUTANTS for f in m.functions.values()):
+        codes = [function.__code__, *(c for c in function.__code__.co_consts if inspect.iscode(c))]
+        used = {n for c in codes for n in c.co_names if n in vars(mutants)}
+        assert all(n in allowed or (n.startswith("_") and inspect.isfunction(vars(mutants)[n])) for n in used), \
+            (function.__name__, used)
+
+
+def test_renaming_touches_names_only():
+    source = 'def softmax(x):  # softmax\n    return reference.softmax(softmax, "softmax")\n'
+    assert mutants._renamed(source, {"softmax": "_s"}) == \
+        'def _s(x):  # softmax\n    return reference.softmax(_s, "softmax")\n'
+
+
+# ---------------------------------------------------------------- the catalogue
+
+
+def test_every_mutant_is_described_and_matches_the_spec_signatures():
+    assert len({m.name for m in MUTANTS}) == len(MUTANTS)
+    for m in MUTANTS:
+        assert m.functions and m.mistake and m.fix and m.breaks in mutants.BREAKS, m.name
+        for name, function in m.functions.items():
+            params = inspect.signature(function).parameters.values()
+            wanted = spec.FUNCTIONS[name].params
+            assert [p.name for p in params] == [p.name for p in wanted], (m.name, name)
+            assert [p.default for p in params] == [inspect.Parameter.empty if p.required else p.default
+                                                    for p in wanted], (m.name, name)
+
+
+def test_relevant_lists_the_mutants_that_change_a_function():
+    assert [m.name for m in relevant("softmax")] == ["softmax_wrong_axis", "softmax_without_max_subtraction",
+                                                       "tolist_round_trip"]
+    assert relevant("no_such_function") == []
+    for name in spec.NAMES:
+        assert relevant(name) == [m for m in MUTANTS if name in m.functions]
+        assert relevant(name), f"no mutant of {name}"
+
+
+def test_breaks_is_one_of_three_words():
+    with pytest.raises(ValueError, match="breaks must be one of"):
+        Mutant("x", {}, "mistake", "fix", "speed")
