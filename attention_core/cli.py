@@ -1,7 +1,8 @@
-"""Command line: ``python -m attention_core [check]``.
+"""Command line: ``python -m attention_core [check|inventory|template|grade]``.
 
-``check`` runs every case of the case folder on the reference core, on the CPU and on CUDA
-when there is one, and prints a table of checks passed, failed and skipped per document.
+``check`` (the default) runs every case of the case folder on the reference core, on the CPU
+and on CUDA when there is one, and prints a table of checks passed, failed and skipped per
+document. ``template`` prints the hand-out for students; ``grade`` grades their submissions.
 """
 
 import argparse
@@ -11,9 +12,8 @@ from pathlib import Path
 import torch
 
 from attention_core.harness import inventory, runner
-from attention_core.harness.results import Status, one_line, render
-from attention_core.harness.text import escape
 from attention_core.harness.cases import load_folder
+from attention_core.harness.results import Status, one_line, render
 from attention_core.harness.text import escape
 
 
@@ -35,10 +35,29 @@ def main(argv=None):
                                 help="check the corpus inventory and print the README's corpus table")
     table.add_argument("--write-readme", type=Path, metavar="README", default=None,
                        help="replace the table between the corpus markers of this README")
+    commands.add_parser("template", help="print the students' hand-out: the spec's signatures, documented, as stubs")
+    grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
+    grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
+    grade.add_argument("--out", type=Path, required=True, metavar="DIR",
+                       help="write DIR/<name>/results.json (Gradescope's format) and DIR/gradebook.csv")
+    grade.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
+    grade.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds one call may take (default 5)")
+    grade.add_argument("--budget", type=float, default=60.0, metavar="S",
+                       help="seconds one submission may take in all (default 60)")
+    grade.add_argument("--gradient-points", type=float, default=1.0, metavar="P",
+                       help="points of each backward (gradient and side-effect) check; 0 switches them off (default 1)")
     args = parser.parse_args(argv)
+    if args.command == "template":
+        from attention_core.grading.template import template  # noqa: PLC0415 (grading loads only when asked)
+        print(template(), end="")
+        return 0
     folder = args.cases or runner.default_cases_folder()
     if not folder.is_dir():
         parser.error(f"--cases {folder}: no such folder")
+    if args.command == "grade":
+        from attention_core.grading.batch import grade_command  # noqa: PLC0415
+        return grade_command(args.submissions, args.out, cases=folder, jobs=args.jobs, call_timeout=args.timeout,
+                             budget=args.budget, gradient_points=args.gradient_points)
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])

@@ -8,6 +8,8 @@ The statuses, in the words every report uses:
 * ``not implemented``: the implementation has no such function, or it raised NotImplementedError.
 * ``implementation error``: the implementation raised; its exception and the traceback lines
   inside the implementation are kept.
+* ``timeout``: grading only: the implementation did not return within its time limit (and the
+  function is not called again for that submission).
 * ``harness error``: a bug of the harness itself, never a failed check.
 """
 
@@ -25,10 +27,19 @@ class Status(enum.Enum):
     CASE_ERROR = "case error"
     NOT_IMPLEMENTED = "not implemented"
     IMPLEMENTATION_ERROR = "implementation error"
+    TIMEOUT = "timeout"
     HARNESS_ERROR = "harness error"
 
     def __str__(self):
         return self.value
+
+
+class CallFailed(Exception):
+    """Raised by an implementation's stand-in (an out-of-process call) that did not return a value."""
+
+    def __init__(self, status, message, details=""):
+        super().__init__(message)
+        self.status, self.message, self.details = status, message, details
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from attention_core.harness.expr import ExprError
 from attention_core.harness.inputs import has_rounded_inputs, materialise
 from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
                                           ValuesExpectation)
-from attention_core.harness.results import Failure, Result, Status
+from attention_core.harness.results import CallFailed, Failure, Result, Status
 from attention_core.harness.text import escape
 
 REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}
@@ -90,10 +90,44 @@ def default_cases_folder():
     return here.parent / "cases"
 
 
-def run(item, *, functions=None, device="cpu"):
+class Preparation:
+    """What a check needs that no implementation changes, made once per check and device.
+
+    A case's inputs, a graded call's arguments (evaluated with the reference core) and its
+    oracle values: grading many submissions reuses them. What an implementation is handed is a
+    copy, so a call that writes into its inputs changes nothing here.
+    """
+
+    def __init__(self):
+        self._made = {}
+
+    def clear(self):
+        self._made.clear()
+
+    def scope(self, item, device):
+        return self._once(("scope", item, device), lambda: materialise(item.case, device=device))
+
+    def arguments(self, item, device):
+        """A graded call's (function name, args, kwargs)."""
+        def make():
+            return item.check.expr.call_arguments(self.scope(item, device), functions=REFERENCE, device=device,
+                                                  dtype=item.case.dtype)
+        return self._once(("arguments", item, device), make)
+
+    def oracles(self, item):
+        return self._once(("oracles", item), lambda: _oracles(item))
+
+    def _once(self, key, make):
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+
+def run(item, *, functions=None, device="cpu", preparation=None):
     """Run one check on ``device`` with the spec ``functions`` (default: the reference core).
 
-    Never raises: whatever happens becomes a :class:`Result` with its status.
+    ``preparation`` keeps the check's inputs for the next run (grading a batch); by default they
+    are made afresh. Never raises: whatever happens becomes a :class:`Result` with its status.
     """
     if item.error is not None:
         return Result(Status.CASE_ERROR, item.id, item.location, message=item.error.message)
@@ -101,7 +135,7 @@ def run(item, *, functions=None, device="cpu"):
     case, check = item.case, item.check
     header = f"{check.kind} `{check.expr.source}` on {device}, {_dtype_name(case.dtype)}"
     try:
-        return _run(item, functions, device, header)
+        return _run(item, functions, device, header, preparation or Preparation())
     except _Stop as stop:
         return Result(stop.status, item.id, item.location, header, message=stop.message, details=stop.details)
     except Exception as err:  # a bug of the harness: never disguised as a failed check
@@ -117,16 +151,17 @@ class _Stop(Exception):
         self.status, self.message, self.details = status, message, details
 
 
-def _run(item, functions, device, header):
+def _run(item, functions, device, header, preparation):
     case, check = item.case, item.check
     try:
-        scope = materialise(case, device=device)
+        scope = preparation.scope(item, device)
     except Exception as err:  # the case's inputs: a problem of the case file
         raise _Stop(Status.CASE_ERROR, f"the inputs could not be made: {_describe(err)}") from None
     failures = []
-    outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures)
+    arguments = _prepared_arguments(item, device, preparation) if isinstance(check, CallCheck) else None
+    outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
     values = _targets(check, scope, outputs, device, case.dtype, failures)
-    failures += _failures(item, values, device)
+    failures += _failures(item, values, device, preparation.oracles(item))
     if check.erratum is not None and not failures:
         stale = _stale_erratum(item, scope, device)
         if stale:
@@ -135,10 +170,18 @@ def _run(item, functions, device, header):
     return Result(status, item.id, item.location, header, tuple(failures), outputs=values)
 
 
-def _graded_call(check, expression, scope, functions, device, dtype, failures):
+def _prepared_arguments(item, device, preparation):
+    try:
+        return preparation.arguments(item, device)
+    except Exception as err:
+        raise _Stop(Status.CASE_ERROR, f"the arguments of `{item.check.expr.source}` could not be evaluated: "
+                                       f"{_describe(err)}") from None
+
+
+def _graded_call(check, expression, scope, functions, device, dtype, failures, arguments=None):
     """The check's results by name; a wrong structure or dtype becomes a failure of the check."""
     try:
-        result = _call(check, expression, scope, functions, device, dtype)
+        result = _call(check, expression, scope, functions, device, dtype, arguments)
     except _WrongResult as wrong:
         failures.append(Failure(", ".join(check.returns), check.line, compare.Mismatch(wrong.stage, str(wrong))))
         return {}
@@ -161,18 +204,22 @@ class _WrongResult(Exception):
         self.stage = stage
 
 
-def _call(check, expression, scope, functions, device, dtype):
+def _call(check, expression, scope, functions, device, dtype, arguments=None):
     """Evaluate the check's call or expression and name its results.
 
-    A ``call`` evaluates its arguments with the reference core and calls ``functions`` for the
-    called function alone; an ``expr`` is the document's own arithmetic, evaluated here.
+    A ``call`` evaluates its arguments with the reference core (or takes ``arguments`` made so)
+    and calls ``functions`` for the called function alone, with copies of the arguments; an
+    ``expr`` is the document's own arithmetic, evaluated here.
     """
     if isinstance(check, CallCheck):
-        try:
-            name, args, kwargs = expression.call_arguments(scope, functions=REFERENCE, device=device, dtype=dtype)
-        except Exception as err:
-            raise _Stop(Status.CASE_ERROR, f"the arguments of `{expression.source}` could not be evaluated: "
-                                           f"{_describe(err)}") from None
+        if arguments is None:
+            try:
+                arguments = expression.call_arguments(scope, functions=REFERENCE, device=device, dtype=dtype)
+            except Exception as err:
+                raise _Stop(Status.CASE_ERROR, f"the arguments of `{expression.source}` could not be evaluated: "
+                                               f"{_describe(err)}") from None
+        name, args, kwargs = arguments
+        args, kwargs = [_copy(a) for a in args], {k: _copy(v) for k, v in kwargs.items()}
         result = _call_implementation(functions, name, args, kwargs)
         _check_dtypes(result, check.returns, args, kwargs)
     else:
@@ -189,12 +236,18 @@ def _call(check, expression, scope, functions, device, dtype):
     return dict(zip(check.returns, result))
 
 
+def _copy(value):
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
 def _call_implementation(functions, name, args, kwargs):
     function = functions.get(name)
     if function is None:
         raise _Stop(Status.NOT_IMPLEMENTED, f"the implementation has no `{name}`")
     try:
         return function(*args, **kwargs)
+    except CallFailed as failed:  # an out-of-process call: its status and the lines of its traceback
+        raise _Stop(failed.status, failed.message, failed.details) from None
     except NotImplementedError as err:
         raise _Stop(Status.NOT_IMPLEMENTED, f"`{name}` raised NotImplementedError" + (f": {err}" if str(err) else ""),
                     _own_frames(err)) from None
@@ -245,9 +298,9 @@ def _targets(check, scope, outputs, device, dtype, failures=None):
     return values
 
 
-def _failures(item, values, device):
+def _failures(item, values, device, oracles=None):
     noise, spread = _numerics(item)
-    oracles = _oracles(item)
+    oracles = _oracles(item) if oracles is None else oracles
     failures = []
     for expectation in item.check.expectations:
         target = expectation.target

@@ -1,0 +1,98 @@
+"""Feedback that names the mistake: a failed check compared with the shipped mutants.
+
+A mutant is the reference core with one known mistake (``mutants.py``). When a student's
+output agrees with a mutant's and not with the reference's, or fails the way the mutant fails
+(raising where it raises), the feedback names that mistake in the spec's words and says how to
+fix it. Mutants are run here, in the grader (they are our code), once per check and batch.
+"""
+
+import threading
+import warnings
+
+import torch
+
+from attention_core.grading import mutants
+from attention_core.harness import compare, runner, tolerance
+from attention_core.harness.results import Status
+
+# Student and mutant outputs are computed in different processes and orders: agreement allows
+# this many times the per-dtype default tolerance.
+AGREEMENT = 10
+
+
+class Diagnoser:
+    """Names known mistakes behind failed checks; caches each mutant's result per check."""
+
+    def __init__(self, preparation=None, library=mutants.MUTANTS):
+        self.library = library
+        self.preparation = preparation
+        self._results = {}
+        self._lock = threading.Lock()
+
+    def explain(self, graded):
+        """Fill ``diagnosis`` on every failed grade of a graded submission."""
+        for grade in graded.grades:
+            if grade.result.passed or grade.item.error is not None:
+                continue
+            if grade.check_id.endswith("/backward"):
+                grade.diagnosis = self._backward(grade.result)
+            else:
+                found = self.candidates(grade.item, grade.result)
+                grade.diagnosis = "\n".join(f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in found)
+
+    def candidates(self, item, result):
+        """The value mutants whose result on ``item`` matches the student's ``result``."""
+        found = []
+        for mutant in self.library:
+            if mutant.breaks != "values" or item.check.function not in mutant.functions:
+                continue
+            theirs = self._mutant_result(item, mutant)
+            if theirs.passed:
+                continue  # right on this check: it explains nothing here
+            raised = (Status.IMPLEMENTATION_ERROR, Status.TIMEOUT)
+            if result.status in raised and theirs.status in raised:
+                found.append(mutant)
+            elif result.status is Status.FAILED and theirs.status is Status.FAILED and \
+                    _agree(result.outputs, theirs.outputs, item):
+                found.append(mutant)
+        return found
+
+    def _mutant_result(self, item, mutant):
+        key = (item, mutant.name)
+        with self._lock:
+            known = self._results.get(key)
+        if known is None:
+            with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
+                warnings.simplefilter("ignore")
+                known = runner.run(item, functions={**runner.REFERENCE, **mutant.functions},
+                                   preparation=self.preparation)
+            with self._lock:
+                self._results[key] = known
+        return known
+
+    def _backward(self, result):
+        stages = {f.mismatch.stage for f in result.failures}
+        lines = [f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in self.library
+                 if (m.breaks == "side effect" and "side effect" in stages)
+                 or (m.breaks == "gradient" and any("no gradient reaches" in f.mismatch.message
+                                                    for f in result.failures))]
+        return "\n".join(lines)
+
+
+def _agree(ours, theirs, item):
+    """Whether every result the check names agrees between the two runs."""
+    names = [n for n in item.check.returns if n in ours and n in theirs]
+    if not names:
+        return False
+    rtol, atol = tolerance.default_tolerance(item.case.dtype)
+    for name in names:
+        a, b = ours[name], theirs[name]
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+            return False
+        if not (a.is_floating_point() and b.is_floating_point()):
+            if not torch.equal(a.cpu(), b.cpu()):
+                return False
+            continue
+        if compare.compare_full(a, b.detach().double(), rtol=AGREEMENT * rtol, atol=AGREEMENT * atol) is not None:
+            return False
+    return True

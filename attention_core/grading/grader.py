@@ -1,0 +1,298 @@
+"""Grading: every graded check of the case files, run against a submission out of process.
+
+The grader makes each check's inputs and evaluates a graded call's arguments itself, sends the
+tensors to the submission's process, and compares what comes back here; expected values never
+leave this process. For each graded call on floating inputs a second check, ``…/backward``,
+asks the submission's process for the gradients of a fixed random projection of the outputs
+and compares them with the float64 torch route's, and fails a call that changed its input
+tensors in place.
+"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from attention_core.grading import client, wire
+from attention_core.grading.diagnose import Diagnoser
+from attention_core.harness import compare, runner, tolerance, torch_route
+from attention_core.harness.results import CallFailed, Failure, Result, Status
+from attention_core.harness.text import escape
+
+CALL_TIMEOUT = 5.0  # seconds one call may take
+BUDGET = 60.0  # seconds a submission may spend in all
+GRADIENT_POINTS = 1.0  # points of each backward check (0: no backward checks)
+GRADIENT_LIMIT = 4096  # a floating input larger than this is cut to its leading slice
+PROJECTION_SEED = 0
+
+
+@dataclass
+class Grade:
+    """One check of one submission: its result, points and what the feedback says."""
+
+    check_id: str
+    item: object  # the check's CheckItem (or the load error's item)
+    result: Result
+    score: float
+    max_score: float
+    visibility: str = "visible"
+    source: str = ""  # the document and cell the check comes from
+    diagnosis: str = ""
+
+
+@dataclass
+class SubmissionGrade:
+    """A submission graded: its name, each check's grade, and what happened at import."""
+
+    name: str
+    path: Path
+    grades: list = field(default_factory=list)
+    seconds: float = 0.0
+    note: str = ""  # import problems and other messages for the whole submission
+
+    @property
+    def score(self):
+        return sum(g.score for g in self.grades)
+
+    @property
+    def max_score(self):
+        return sum(g.max_score for g in self.grades)
+
+
+def submission_name(path):
+    """A submission's name: its file or folder name without ``.py``."""
+    path = Path(path)
+    return path.stem if path.suffix == ".py" else path.name
+
+
+class RemoteFunctions:
+    """The spec functions of a submission, each call made in the submission's process.
+
+    After a timeout a function is not called again: its later checks fail at once.
+    """
+
+    def __init__(self, submission, timeout):
+        self.submission, self.timeout = submission, timeout
+        self.timed_out = set()
+
+    def get(self, name, default=None):
+        return self._function(name) if name in self.submission.names else default
+
+    def _function(self, name):
+        def call(*args, **kwargs):
+            if name in self.timed_out:
+                raise CallFailed(Status.TIMEOUT, f"`{name}` timed out earlier (not called again)")
+            outcome = self.submission.call(name, args, kwargs, timeout=self.timeout)
+            return self.value(name, outcome)
+        return call
+
+    def value(self, name, outcome):
+        """The outcome's value, or the CallFailed that says why there is none."""
+        details = "".join(outcome.traceback) + (f"\noutput:\n{outcome.output}" if outcome.output else "")
+        if outcome.status == client.OK:
+            return outcome.value
+        if outcome.status == client.TIMEOUT:
+            self.timed_out.add(name)
+            raise CallFailed(Status.TIMEOUT, f"`{name}`: {outcome.message}", details)
+        if outcome.status == client.NOT_IMPLEMENTED:
+            raise CallFailed(Status.NOT_IMPLEMENTED, f"`{name}` raised {outcome.message}", details)
+        if outcome.status == client.CRASHED:
+            raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` crashed: {outcome.message}", details)
+        raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` raised {outcome.message}", details)
+
+
+class Grader:
+    """Grades submissions against the graded checks of a case folder, with one worker server."""
+
+    def __init__(self, cases=None, *, call_timeout=CALL_TIMEOUT, budget=BUDGET, gradient_points=GRADIENT_POINTS,
+                 jobs=1):
+        folder = cases or runner.default_cases_folder()
+        self.items = [i for i in runner.collect(folder) if i.error is not None or i.check.kind == "call"]
+        self.call_timeout, self.budget, self.gradient_points = call_timeout, budget, gradient_points
+        self.jobs = max(1, int(jobs))
+        self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
+        self.diagnoser = Diagnoser(self.preparation)
+        self._worker = None
+        self._golden_grads = {}
+        self._threads = None
+
+    def __enter__(self):
+        # The grader's own tensors are small: one thread avoids thread-pool overhead on every operation.
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        self._worker = client.Worker(budget=self.budget)
+        return self
+
+    def __exit__(self, *exc):
+        self._worker.close()
+        torch.set_num_threads(self._threads)
+
+    def grade_all(self, paths, *, progress=None):
+        """Grade every submission (``jobs`` at a time); ``progress()`` is called after each."""
+        def one(path):
+            graded = self.grade(path)
+            if progress is not None:
+                progress(graded)
+            return graded
+        if self.jobs == 1:
+            return [one(p) for p in paths]
+        with ThreadPoolExecutor(self.jobs) as pool:
+            return list(pool.map(one, paths))
+
+    def grade(self, path):
+        """Grade one submission (a ``.py`` file or a folder)."""
+        path = Path(path)
+        start = time.monotonic()
+        graded = SubmissionGrade(submission_name(path), path)
+        try:
+            submission = self._worker.open(path)
+        except ValueError as err:  # a folder with no single entry module
+            submission = None
+            graded.note = f"the submission could not be opened: {err}"
+        try:
+            if submission is not None and submission.status != client.OK:
+                graded.note = f"the submission could not be imported: {submission.message}\n" + \
+                              "".join(submission.traceback)
+            functions = RemoteFunctions(submission, self.call_timeout) if submission is not None else None
+            for item in self.items:
+                graded.grades += self._grade_item(item, submission, functions, graded.note)
+        finally:
+            if submission is not None:
+                submission.close()
+        self.diagnoser.explain(graded)
+        graded.seconds = time.monotonic() - start
+        return graded
+
+    def _grade_item(self, item, submission, functions, problem):
+        if item.error is not None:  # a case file that does not load: reported, worth nothing
+            return [Grade(item.id, item, runner.run(item), 0.0, 0.0)]
+        points = float(item.check.points if item.check.points is not None else 1.0)
+        visibility = item.check.visibility or "visible"
+        source = _source(item)
+        if functions is None or submission.status != client.OK:
+            result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
+        else:
+            result = runner.run(item, functions=functions, preparation=self.preparation)
+        grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source)]
+        backward = self._backward(item, submission, functions, result) if self.gradient_points > 0 else None
+        if backward is not None:
+            score = self.gradient_points if backward.passed else 0.0
+            grades.append(Grade(backward.check_id, item, backward, score, self.gradient_points, visibility, source))
+        return grades
+
+    # ---------------------------------------------------------------- the backward check
+
+    def _backward(self, item, submission, functions, value_result):
+        """Differentiable, and leaves its inputs alone: gradients against the float64 torch route."""
+        check_id = f"{item.id}/backward"
+        header = f"backward of `{item.check.expr.source}` on cpu, {str(item.case.dtype).removeprefix('torch.')}"
+        if value_result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):
+            return None  # the check itself cannot run: its value result says why
+        name, args, kwargs = self.preparation.arguments(item, "cpu")
+        args, kwargs = _leading_slice(args), _leading_slice(kwargs)
+        if max((t.numel() for t in wire.tensors_in([args, kwargs]) if t.is_floating_point()), default=0) > \
+                GRADIENT_LIMIT:
+            return None
+        golden = self._golden(item, name, args, kwargs)
+        if golden is None:
+            return None  # no floating input, or no floating output: nothing to differentiate
+
+        def result(status, failures=(), message="", details=""):
+            return Result(status, check_id, item.location, header, tuple(failures), message, details)
+
+        if functions is None or submission.status != client.OK:
+            return result(Status.IMPLEMENTATION_ERROR, message=value_result.message or "the submission did not import")
+        if name in functions.timed_out:
+            return result(Status.TIMEOUT, message=f"`{name}` timed out earlier (not called again)")
+        if name not in submission.names:
+            return result(Status.NOT_IMPLEMENTED, message=f"the implementation has no `{name}`")
+        outcome = submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED, timeout=self.call_timeout)
+        try:
+            functions.value(name, outcome)
+        except CallFailed as failed:
+            return result(failed.status, message=failed.message, details=failed.details)
+        failures = []
+        if outcome.mutated:
+            which = ", ".join(_label(label, name) for label in outcome.mutated)
+            failures.append(Failure("inputs", item.check.line, compare.Mismatch(
+                "side effect", f"`{name}` changed its input {which} in place: a spec function leaves the caller's "
+                               f"tensors alone (compute into a new tensor: `q = q * scale`, not `q *= scale`)")))
+        if outcome.grad_error:
+            failures.append(Failure("gradient", item.check.line, compare.Mismatch(
+                "gradient", f"backward failed: {outcome.grad_error}")))
+        for label, want in golden.items():
+            got = (outcome.grads or {}).get(label)
+            target = f"d/d{_label(label, name)}"
+            if got is None:
+                failures.append(Failure(target, item.check.line, compare.Mismatch(
+                    "gradient", f"no gradient reaches {_label(label, name)}: the computation leaves autograd "
+                                f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`)")))
+                continue
+            rtol, atol = tolerance.default_tolerance(item.case.dtype)
+            mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol + tolerance.MEASURED_K * self._noise(
+                item, label))
+            if mismatch is not None:
+                failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
+        return result(Status.FAILED if failures else Status.PASSED, failures)
+
+    def _golden(self, item, name, args, kwargs):
+        """label -> gradient of the projection through torch's own functions, in float64 (cached per check)."""
+        if item not in self._golden_grads:
+            self._golden_grads[item] = (_route_grads(name, args, kwargs, torch.float64),
+                                        _route_grads(name, args, kwargs, item.case.dtype))
+        return self._golden_grads[item][0]
+
+    def _noise(self, item, label):
+        """How far the torch route's own gradient in the case's dtype is from float64's (its rounding)."""
+        wide, own = self._golden_grads[item]
+        if own is None or label not in own or own[label] is None:
+            return 0.0
+        return tolerance.max_change(own[label], wide[label])
+
+
+def _route_grads(name, args, kwargs, dtype):
+    labelled = {}
+
+    def leaf(label, value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            value = value.detach().to(dtype).requires_grad_(True)
+            labelled[label] = value
+        return value
+
+    args = [leaf(i, a) for i, a in enumerate(args)]
+    kwargs = {k: leaf(k, v) for k, v in kwargs.items()}
+    outputs = torch_route.FUNCTIONS[name](*args, **kwargs)
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    loss = wire.projection(outputs, PROJECTION_SEED)
+    if loss is None or not labelled:
+        return None
+    grads = torch.autograd.grad(loss, list(labelled.values()), allow_unused=True)
+    return {label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
+            for (label, t), g in zip(labelled.items(), grads)}
+
+
+def _leading_slice(value):
+    """Tensors over GRADIENT_LIMIT elements cut to their first batch entry (every batched tensor alike)."""
+    tensors = wire.tensors_in(value)
+    if not any(t.numel() > GRADIENT_LIMIT for t in tensors):
+        return value
+    cut = lambda t: t[:1] if isinstance(t, torch.Tensor) and t.ndim >= 3 else t  # noqa: E731
+    if isinstance(value, dict):
+        return {k: cut(v) for k, v in value.items()}
+    return [cut(v) for v in value]
+
+
+def _label(label, name):
+    from attention_core import spec  # noqa: PLC0415
+    if isinstance(label, int):
+        params = spec.FUNCTIONS[name].params
+        return f"`{params[label].name}`" if label < len(params) else f"argument {label}"
+    return f"`{label}`"
+
+
+def _source(item):
+    source = item.check.source
+    parts = [getattr(source, "title", None), getattr(source, "cell", None)]
+    return escape(", ".join(p for p in parts if p))

@@ -1,0 +1,87 @@
+"""What grading writes: Gradescope's ``results.json`` per submission, and one gradebook CSV.
+
+Gradescope's autograder format: top-level ``score``, ``execution_time``, ``output`` and
+``tests``; each test has ``name``, ``score``, ``max_score``, ``status``, ``output`` and
+``visibility``. Gradescope accepts only ``passed`` and ``failed`` as a test's status, so the
+harness's own status (timeout, not implemented, …) is written in the test's ``output`` and in
+``extra_data``.
+"""
+
+import csv
+import json
+import math
+
+from attention_core.harness.results import render
+from attention_core.harness.text import escape_lines
+
+OUTPUT_LIMIT = 8000  # characters of one test's output
+
+
+def results_json(graded):
+    """Gradescope's results dictionary for one graded submission."""
+    return {
+        "score": number(graded.score),
+        "max_score": number(graded.max_score),
+        "execution_time": math.ceil(graded.seconds),
+        "output": escape_lines(graded.note) if graded.note else
+        f"{number(graded.score)} of {number(graded.max_score)} points.",
+        "output_format": "text",
+        "tests": [_test(grade) for grade in graded.grades],
+    }
+
+
+def _test(grade):
+    return {
+        "name": grade.check_id,
+        "score": number(grade.score),
+        "max_score": number(grade.max_score),
+        "status": "passed" if grade.result.passed else "failed",
+        "output": feedback(grade),
+        "output_format": "text",
+        "visibility": grade.visibility,
+        "extra_data": {"status": str(grade.result.status), "source": grade.source,
+                       **({"diagnosis": grade.diagnosis} if grade.diagnosis else {})},
+    }
+
+
+def feedback(grade):
+    """What a student reads for one check: status, source, diagnosis, then the staged report."""
+    if grade.result.passed:
+        return f"passed ({grade.source})" if grade.source else "passed"
+    lines = [f"{grade.result.status}" + (f" — {grade.source}" if grade.source else "")]
+    if grade.diagnosis:
+        lines.append(grade.diagnosis)
+    lines.append(render(grade.result))
+    text = "\n\n".join(lines)
+    if len(text) > OUTPUT_LIMIT:
+        text = text[:OUTPUT_LIMIT] + f"\n… ({len(text) - OUTPUT_LIMIT} more characters)"
+    return text
+
+
+def write(graded_list, out):
+    """``out/<name>/results.json`` for each submission and ``out/gradebook.csv`` for all."""
+    out.mkdir(parents=True, exist_ok=True)
+    for graded in graded_list:
+        folder = out / graded.name
+        folder.mkdir(exist_ok=True)
+        (folder / "results.json").write_text(json.dumps(results_json(graded), indent=1), encoding="utf-8")
+    write_gradebook(graded_list, out / "gradebook.csv")
+
+
+def write_gradebook(graded_list, path):
+    """Columns ``submission,score,max_score`` then one per check (that check's score)."""
+    checks = []
+    for graded in graded_list:
+        checks += [g.check_id for g in graded.grades if g.check_id not in checks]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["submission", "score", "max_score", *checks])
+        for graded in graded_list:
+            scores = {g.check_id: number(g.score) for g in graded.grades}
+            writer.writerow([graded.name, number(graded.score), number(graded.max_score),
+                             *(scores.get(c, "") for c in checks)])
+
+
+def number(x):
+    """A score as JSON and CSV show it: an int when whole."""
+    return int(x) if float(x).is_integer() else round(float(x), 6)

@@ -1,0 +1,169 @@
+"""Grading as a teacher runs it: one batch of submission files through ``python -m attention_core grade``.
+
+The batch holds the untouched template, the reference core, correct implementations in other
+styles, every shipped mutant, and submissions that hang, exit, raise SystemExit or
+KeyboardInterrupt, fail at import, or return a rigged tensor subclass. Each must be graded for
+what it is while the others keep their marks.
+"""
+
+import csv
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from attention_core import reference, spec
+from attention_core.cli import main
+from attention_core.grading import mutants
+from attention_core.grading.template import template
+
+pytestmark = pytest.mark.grading
+
+TESTS = Path(__file__).resolve().parent
+STYLES = ("LOOPS", "FLOAT64", "EINSUM", "TORCH")
+REFERENCE = inspect.getsource(reference)
+
+
+def _style(name):
+    """A standalone module defining the functions of one style of tests/implementations.py."""
+    source = (TESTS / "implementations.py").read_text(encoding="utf-8")
+    source = source.replace("from attention_core import reference\n",
+                            f"import types as _types\nreference = _types.ModuleType('reference')\n"
+                            f"exec({REFERENCE!r}, reference.__dict__)\n")
+    return source + f"\nglobals().update({name})\n"
+
+
+HOSTILE = {
+    "hangs": REFERENCE + "\n\ndef softmax(x, dim=-1):\n    while True:\n        pass\n",
+    "exits": REFERENCE + "\n\nimport os\n\ndef layer_norm(x, eps=1e-5):\n    os._exit(0)\n",
+    "system_exit": REFERENCE + "\n\nimport sys\n\ndef causal_mask(T, device=None):\n    sys.exit(3)\n",
+    "interrupts": REFERENCE + "\n\ndef merge_heads(x):\n    raise KeyboardInterrupt\n",
+    "import_error": "import torch\nraise RuntimeError('broken at import')\n",
+    "rigged": REFERENCE + '''
+
+class _Rigged(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+    def __reduce_ex__(self, protocol):
+        return (open, ("/tmp/attention_core_rigged_marker", "w"))
+
+
+_attention = attention
+
+
+def attention(q, k, v, mask=None, scale=None):
+    output, weights = _attention(q, k, v, mask, scale)
+    return torch.zeros_like(output).as_subclass(_Rigged), weights
+''',
+}
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """Every submission graded in one run; returns (results by name, gradebook rows, exit code)."""
+    folder = tmp_path_factory.mktemp("submissions")
+    files = {"template": template(), "reference": REFERENCE, **HOSTILE}
+    files.update({style.lower(): _style(style) for style in STYLES})
+    files.update({f"mutant_{m.name}": mutants.submission_source(m) for m in mutants.MUTANTS})
+    paths = []
+    for name, text in files.items():
+        (folder / f"{name}.py").write_text(text, encoding="utf-8")
+        paths.append(str(folder / f"{name}.py"))
+    out = tmp_path_factory.mktemp("out")
+    code = main(["grade", *paths, "--out", str(out), "--jobs", "2"])
+    results = {name: json.loads((out / name / "results.json").read_text(encoding="utf-8")) for name in files}
+    with (out / "gradebook.csv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    return results, rows, code
+
+
+def _failed(result):
+    return [t for t in result["tests"] if t["status"] == "failed"]
+
+
+def test_grading_completes_with_exit_0_and_gradescope_fields(batch):
+    results, rows, code = batch
+    assert code == 0
+    for name, result in results.items():
+        assert {"score", "execution_time", "output", "tests"} <= set(result), name
+        for test in result["tests"]:
+            assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(test)
+            assert test["status"] in ("passed", "failed")
+            assert test["extra_data"]["status"] in ("passed", "failed", "case error", "not implemented",
+                                                    "implementation error", "timeout", "harness error")
+    assert list(rows[0])[:3] == ["submission", "score", "max_score"]
+    assert {row["submission"] for row in rows} == set(results)
+
+
+def test_the_reference_and_every_correct_style_get_full_marks(batch):
+    results, _, _ = batch
+    for name in ("reference", *(s.lower() for s in STYLES)):
+        result = results[name]
+        assert result["score"] == result["max_score"] > 0, (name, [t["name"] for t in _failed(result)][:5])
+
+
+def test_the_untouched_template_scores_0_and_every_check_is_not_implemented(batch):
+    result = batch[0]["template"]
+    assert result["score"] == 0
+    assert {t["extra_data"]["status"] for t in result["tests"]} == {"not implemented"}
+
+
+def test_each_mutant_loses_points_and_is_named_in_the_feedback(batch):
+    results, _, _ = batch
+    for mutant in mutants.MUTANTS:
+        result = results[f"mutant_{mutant.name}"]
+        failed = _failed(result)
+        assert result["score"] < result["max_score"], mutant.name
+        assert any(mutant.mistake in t["output"] for t in failed), (mutant.name, failed[0]["output"][:400])
+        if mutant.breaks != "values":  # right values: only the backward checks are lost
+            assert all(t["name"].endswith("/backward") for t in failed), mutant.name
+
+
+def test_a_hanging_function_costs_one_time_limit_and_the_rest_is_graded(batch):
+    result = batch[0]["hangs"]
+    failed = _failed(result)
+    assert {t["extra_data"]["status"] for t in failed} == {"timeout"}
+    # softmax hangs, and so do attention and multi_head_attention, whose reference code calls it:
+    # each is waited for once, then not called again.
+    waited = [t for t in failed if "not called again" not in t["output"]]
+    assert 1 <= len(waited) <= 3 < len(failed)
+    assert result["execution_time"] < 30
+    assert result["score"] > 0  # layer_norm, causal_average, the masks and heads keep their points
+
+
+@pytest.mark.parametrize(("name", "function", "reason"), [
+    ("exits", "layer_norm", r"crashed: .*exit code 0"),
+    ("system_exit", "causal_mask", r"crashed: .*SystemExit"),
+    ("interrupts", "merge_heads", r"crashed: .*KeyboardInterrupt"),
+])
+def test_a_process_that_dies_fails_that_functions_checks_with_the_reason(batch, name, function, reason):
+    result = batch[0][name]
+    failed = _failed(result)
+    assert failed and all(re.search(reason, t["output"]) for t in failed if t["extra_data"]["status"] != "failed")
+    assert {t["extra_data"]["status"] for t in failed} == {"implementation error"}
+    assert result["score"] > 0  # the other functions keep their points
+
+
+def test_an_import_error_fails_every_check_with_the_reason(batch):
+    result = batch[0]["import_error"]
+    assert result["score"] == 0 and "broken at import" in result["output"]
+    assert {t["extra_data"]["status"] for t in result["tests"]} == {"implementation error"}
+
+
+def test_a_rigged_tensor_subclass_is_compared_as_its_values(batch):
+    result = batch[0]["rigged"]
+    failed = {t["name"] for t in _failed(result)}
+    assert any(name.endswith("/attention") for name in failed)
+    assert not Path("/tmp/attention_core_rigged_marker").exists()
+
+
+def test_the_template_declares_every_graded_function():
+    namespace = {}
+    exec(template(), namespace)  # noqa: S102 (our own text)
+    for function in spec.SPEC:
+        assert str(inspect.signature(namespace[function.name])) == str(inspect.signature(getattr(reference,
+                                                                                                 function.name)))
+        assert namespace[function.name].__doc__
