@@ -8,10 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from attention_core.harness import inventory, runner
 from attention_core.harness.cases import load_folder
+from attention_core.harness.devices import DEVICES, covered, skip_reason
 
 
 def main(argv=None):
@@ -24,7 +23,7 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command")
     check = commands.add_parser("check", parents=[common], help="run every case on the reference core (the default)")
     for p, default, dest in ((parser, None, "device"), (check, argparse.SUPPRESS, "check_device")):
-        p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=default, dest=dest,
+        p.add_argument("--device", action="append", choices=DEVICES, default=default, dest=dest,
                        help="device to run on (repeatable; default: cpu, and cuda when available)")
         p.add_argument("-v", "--verbose", action="store_true", default=default or False,
                        help="print every failure in full")
@@ -39,7 +38,7 @@ def main(argv=None):
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])
-    return check_command(folder, devices or ["cpu", "cuda"], args.verbose)
+    return check_command(folder, covered(devices), args.verbose)
 
 
 README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"
@@ -74,7 +73,7 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
         row = rows.setdefault(item.file.name, {"title": item.file.document.title if item.file.document else "",
                                                "passed": 0, "failed": 0, "skipped": 0})
         for device in devices if item.error is None else [None]:
-            if device == "cuda" and not torch.cuda.is_available():
+            if skip_reason(device):
                 row["skipped"] += 1
                 continue
             result = runner.run(item, device=device or "cpu")
@@ -82,8 +81,8 @@ def check_command(folder, devices, verbose=False, out=sys.stdout):
             if not result.passed:
                 failures.append(result.report)
     _print_table(rows, out)
-    if "cuda" in devices and not torch.cuda.is_available():
-        print("skipped: CUDA is not available here (torch.cuda.is_available() is False)", file=out)
+    for reason in dict.fromkeys(filter(None, map(skip_reason, devices))):
+        print(f"skipped: {reason}", file=out)
     errata = [item for item in items if item.error is None and item.check.erratum is not None]
     if errata:
         print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
