@@ -124,10 +124,13 @@ def test_case_marker_imports_only_the_case_module_and_a_missing_snapshot_says_ho
     assert not (project.path / "tests" / "imported").exists()
 
 
-def test_another_folder_runs_the_whole_suite_and_leaves_the_projects_snapshots_alone(project):
+def test_another_folder_runs_the_whole_suite_and_leaves_the_projects_snapshots_alone(project, tmp_path_factory):
     (project.path / "tests" / "__snapshots__" / "test_cases" / "demo.demo.double.txt").write_text(
         SNAPSHOT, encoding="utf-8")
-    result = project.runpytest_subprocess("--cases=checks", "-v")
+    # Outside the project, and as two words: pytest takes that folder for its rootdir.
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    shutil.copytree(project.path / "checks", elsewhere / "checks")
+    result = project.runpytest_subprocess("--cases", elsewhere / "checks", "-v")
     # The repro case: its check and its two low-precision items; then the low-precision bound
     # test and the other two modules' tests.
     result.assert_outcomes(**_outcomes(6, 3))

@@ -26,8 +26,8 @@ from attention_core.harness.devices import DEVICES, covered, skip_reason
 CASE_CHECKS_MODULE = "attention_core.harness.case_checks"
 pytest.register_assert_rewrite(CASE_CHECKS_MODULE)
 CASE_CHECKS = Path(__file__).with_name("case_checks.py").resolve()
-# The test module that holds a project's case checks: syrupy keeps their snapshots in
-# __snapshots__/test_cases/ beside it, and `-m case` imports no other test module.
+# The name of the test module that holds a project's case checks, as syrupy ties a snapshot
+# folder __snapshots__/test_cases/ to the module test_cases.py beside it.
 CASE_MODULE = "test_cases.py"
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -86,17 +86,17 @@ def case_snapshots(request):
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Leave unimported the test modules a run does not need.
+    """Leave unimported the test modules a run does not need, by name, without reading them.
 
-    * With another folder's cases (``--cases DIR``), the project's ``tests/test_cases.py``: the
-      plugin collects the package's case checks instead, which compare no snapshots, and syrupy,
+    * With another folder's cases (``--cases DIR``), the project's ``test_cases.py``: the plugin
+      collects the package's case checks instead, which compare no snapshots, and syrupy,
       finding the module that owns the project's snapshots uncollected, leaves them alone (it
-      would otherwise report all of them unused).
+      would otherwise report every one of them unused).
     * Under ``-m case`` (the case checks alone), every other test module.
     """
     if collection_path.suffix != ".py":
         return None
-    if collection_path == config.rootpath / "tests" / CASE_MODULE:
+    if collection_path.name == CASE_MODULE:
         return None if _own_cases(config) else True
     if config.getoption("markexpr", "") == "case" and any(
             fnmatch(collection_path.name, pattern) for pattern in config.getini("python_files")):
