@@ -4,11 +4,15 @@ Each test builds a scratch project with ``pytester`` (no conftest of ours) and r
 subprocess, where the plugin can only come from the installed package's ``pytest11`` entry point.
 """
 
+import io
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+
+from attention_core import cli
+from attention_core.harness.devices import NO_CUDA, covered
 
 pytest_plugins = ["pytester"]
 
@@ -92,10 +96,12 @@ def _outcomes(passed_on_cpu, per_device):
 
 
 def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(course, monkeypatch):
-    result = course.runpytest_subprocess("--cases", "checks", "-v")
+    result = course.runpytest_subprocess("--cases", "checks", "-v", "-rs")
     result.assert_outcomes(**_outcomes(2, 1))
     result.stdout.fnmatch_lines(["*test_course.py::test_the_course_own_test PASSED*",
                                  "*attention_core/harness/case_checks.py::test_case[[]repro/lin/attn-cpu] PASSED*"])
+    if not CUDA:
+        result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *: {NO_CUDA}"])
     # No snapshot is compared, and syrupy has nothing to say (no "unused detection is disabled").
     assert "snapshot report summary" not in result.stdout.str()
 
@@ -127,7 +133,7 @@ def test_case_marker_imports_only_the_case_module_and_a_missing_snapshot_says_ho
 def test_another_folder_runs_the_whole_suite_and_leaves_the_projects_snapshots_alone(project, tmp_path_factory):
     (project.path / "tests" / "__snapshots__" / "test_cases" / "demo.demo.double.txt").write_text(
         SNAPSHOT, encoding="utf-8")
-    # Outside the project, and as two words: pytest takes that folder for its rootdir.
+    # Outside the project, and as two words: pytest takes its rootdir from that folder.
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     shutil.copytree(project.path / "checks", elsewhere / "checks")
     result = project.runpytest_subprocess("--cases", elsewhere / "checks", "-v")
@@ -138,3 +144,11 @@ def test_another_folder_runs_the_whole_suite_and_leaves_the_projects_snapshots_a
     output = result.stdout.str()
     assert "Unused snapshot detection is disabled" not in output
     assert "unused" not in output and "demo" not in output
+
+
+def test_the_command_line_covers_the_same_devices_and_gives_the_same_skip_reason(tmp_path):
+    (tmp_path / "repro.yaml").write_text(REPRO, encoding="utf-8")
+    out = io.StringIO()
+    assert cli.check_command(tmp_path, covered(), out=out) == 0
+    skipped = [line for line in out.getvalue().splitlines() if line.startswith("skipped:")]
+    assert skipped == ([] if CUDA else [f"skipped: {NO_CUDA}"])
