@@ -9,10 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from attention_core.harness import inventory, runner
 from attention_core.harness.cases import load_folder
+from attention_core.harness.devices import DEVICES, covered, skip_reason
 from attention_core.harness.results import Status, one_line, render
 from attention_core.harness.text import escape
 
@@ -27,7 +26,7 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command")
     check = commands.add_parser("check", parents=[common], help="run every case on the reference core (the default)")
     for p, default, dest in ((parser, None, "device"), (check, argparse.SUPPRESS, "check_device")):
-        p.add_argument("--device", action="append", choices=("cpu", "cuda"), default=default, dest=dest,
+        p.add_argument("--device", action="append", choices=DEVICES, default=default, dest=dest,
                        help="device to run on (repeatable; default: cpu, and cuda when available)")
         p.add_argument("-v", "--verbose", action="store_true", default=default or False,
                        help="print every failure in full")
@@ -61,7 +60,7 @@ def main(argv=None):
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])
-    return check_command(folder, devices or ["cpu", "cuda"], args.verbose)
+    return check_command(folder, covered(devices), args.verbose)
 
 
 README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"
@@ -101,7 +100,7 @@ def check_command(folder, devices, verbose=False, out=None):
         title = item.file.document.title if item.file.document else ""
         row = rows.setdefault(item.file.name, {"title": title, **dict.fromkeys(COLUMNS, 0)})
         for device in devices if item.error is None else [None]:
-            if device == "cuda" and not torch.cuda.is_available():
+            if skip_reason(device):
                 row["skipped"] += 1
                 continue
             result = runner.run(item, device=device or "cpu")
@@ -111,8 +110,8 @@ def check_command(folder, devices, verbose=False, out=None):
             elif item.check.erratum is not None and item not in errata:
                 errata.append(item)
     _print_table(rows, out)
-    if "cuda" in devices and not torch.cuda.is_available():
-        print("skipped: CUDA is not available here (torch.cuda.is_available() is False)", file=out)
+    for reason in dict.fromkeys(filter(None, map(skip_reason, devices))):
+        print(f"skipped: {reason}", file=out)
     if errata:
         print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
               f"(checked that way; -v gives the notes):", file=out)

@@ -6,6 +6,8 @@ last place at the golden's largest magnitude (their issue #1231: where plain tor
 be exact, a bound of K * 0 would fail a correct result one rounding away).
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -19,24 +21,32 @@ def _call(item, scope, functions, device, dtype):
     return {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
 
 
-def _wide(value):
-    """A value moved to the CPU, floating tensors in float64, records (a Linear draw) field by field."""
-    if isinstance(value, torch.Tensor):
-        return value.to("cpu", torch.float64) if value.is_floating_point() else value.cpu()
-    if hasattr(value, "weight"):
-        return type(value)(**{k: _wide(v) for k, v in vars(value).items()})
-    return value
-
-
 def _max_error(value, golden):
     diff = (value.detach().to("cpu", torch.float64) - golden).abs()
     both_inf = torch.isinf(golden) & (value.detach().cpu().to(torch.float64) == golden)
     return float(torch.where(both_inf | (golden.isnan() & diff.isnan()), torch.zeros_like(diff), diff).max())
 
 
+def _widened(value):
+    """``value`` on the CPU with every floating tensor in float64, those inside a record too.
+
+    A record is an input with named tensors, such as a ``linear`` draw (``.weight``, ``.bias``).
+    """
+    if isinstance(value, torch.Tensor):
+        return value.to("cpu", torch.float64) if value.is_floating_point() else value.cpu()
+    if isinstance(value, SimpleNamespace):
+        return SimpleNamespace(**{name: _widened(v) for name, v in vars(value).items()})
+    return value
+
+
 def test_low_precision_matches_float64_golden(graded_check, low_dtype, device):
+    """Each output of a graded check in ``low_dtype`` is as close to the float64 golden as plain torch's.
+
+    ``graded_check`` (a graded ``call`` check), ``low_dtype`` (float16 or bfloat16) and ``device``
+    are parametrised by the plugin from the case folder (``--cases``, ``--device``).
+    """
     scope = runner.materialise(graded_check.case, device=device, dtype=low_dtype)
-    wide = {k: _wide(v) for k, v in scope.items()}
+    wide = {name: _widened(value) for name, value in scope.items()}
     golden = _call(graded_check, wide, torch_route.FUNCTIONS, "cpu", torch.float64)
     plain = _call(graded_check, scope, torch_route.FUNCTIONS, device, low_dtype)
     ours = _call(graded_check, scope, runner.REFERENCE, device, low_dtype)

@@ -1,19 +1,35 @@
 """pytest glue: every check of every case file becomes one parametrised item per device.
 
-Loaded by the project's ``conftest.py``. A test function that asks for the ``case_check``
-and ``device`` fixtures is parametrised with ids ``<file>/<case>/<check>-<device>`` and the
-``case`` mark; a case file (or case) that fails to load becomes one failing item of its own.
+Registered through the ``pytest11`` entry point (``pyproject.toml``), so it is active wherever
+the package is installed, with or without a conftest. It adds ``--cases`` and ``--device``,
+parametrises a test that asks for ``case_check`` and ``device`` with ids
+``<file>/<case>/<check>-<device>`` and the ``case`` mark (a file or case that fails to load
+becomes one failing item of its own), and one that asks for ``graded_check`` and
+``low_dtype`` with each graded check in float16 and bfloat16.
+
+The case checks are ``harness/case_checks.py``'s ``test_case``. A project that keeps snapshots
+imports it into ``tests/test_cases.py``; where no collected module holds it (a course's
+repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itself.
 """
 
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 import torch
 
 from attention_core.harness import runner
+from attention_core.harness.devices import DEVICES, covered, skip_reason
 
-DEVICES = ("cpu", "cuda")
-_NO_CUDA = "CUDA is not available here (torch.cuda.is_available() is False)"
+# The module holding test_case. Marked before anything imports it: its snapshot assert,
+# rewritten, fails with syrupy's diff.
+CASE_CHECKS_MODULE = "attention_core.harness.case_checks"
+pytest.register_assert_rewrite(CASE_CHECKS_MODULE)
+CASE_CHECKS = Path(__file__).with_name("case_checks.py").resolve()
+# The name of the test module that holds a project's case checks, as syrupy ties a snapshot
+# folder __snapshots__/test_cases/ to the module test_cases.py beside it.
+CASE_MODULE = "test_cases.py"
+LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def pytest_addoption(parser):
@@ -21,8 +37,12 @@ def pytest_addoption(parser):
     group.addoption("--device", action="append", choices=DEVICES, default=None,
                     help="run case checks on this device only (repeatable); default: cpu and cuda, "
                          "cuda reported skipped when unavailable")
+    group.addoption("--impl", default=None, metavar="PATH",
+                    help="check a submission (a .py file or a folder) instead of the reference core: its "
+                         "functions run in a separate process, on the CPU; no snapshots are compared")
     group.addoption("--cases", default=None, metavar="DIR",
-                    help="folder of case files (default: the project's cases/)")
+                    help="folder of case files (default: the project's cases/); its checks are not "
+                         "compared with snapshots unless it is cases/ at the rootdir")
 
 
 def pytest_configure(config):
@@ -30,11 +50,15 @@ def pytest_configure(config):
     folder = _cases_folder(config)
     if not folder.is_dir():
         raise pytest.UsageError(f"--cases {folder}: no such folder")
-    if not _own_cases(config):
-        if config.getoption("update_snapshots", False):
-            raise pytest.UsageError(f"--snapshot-update with --cases {folder}: snapshots belong to the project's "
-                                    f"own cases/ ({config.rootpath / 'cases'}); refusing to rewrite them")
-        config.option.disable_unused_snapshots = True
+    impl = config.getoption("--impl")
+    if impl is not None and not Path(impl).exists():
+        raise pytest.UsageError(f"--impl {impl}: no such file or folder")
+    if impl is not None and config.getoption("update_snapshots", False):
+        raise pytest.UsageError("--snapshot-update with --impl: snapshots record the reference core, "
+                                "never a submission; refusing to rewrite them")
+    if not _own_cases(config) and config.getoption("update_snapshots", False):
+        raise pytest.UsageError(f"--snapshot-update with --cases {folder}: snapshots belong to the project's "
+                                f"own cases/ ({config.rootpath / 'cases'}); refusing to rewrite them")
     # Snapshot names come from the case file, case and check, never from the test function
     # (see harness/snapshot.py); syrupy warns on every write that it cannot relate them.
     config.addinivalue_line("filterwarnings", r"ignore:\s*Can not relate snapshot name:UserWarning")
@@ -61,25 +85,96 @@ def case_items(config):
 
 @pytest.fixture
 def case_snapshots(request):
-    """Whether a passing check is compared with its snapshot.
+    """Whether a passing case check is compared with its snapshot.
 
-    Snapshots belong to the project's own cases. Checks of another folder (``--cases DIR``)
-    are checked against their documents only, and syrupy is told not to treat the project's
-    snapshots as unused.
+    Snapshots belong to the project's own cases (``<rootdir>/cases``), checked through the
+    project's ``tests/test_cases.py``. Checks of another folder (``--cases DIR``), or collected
+    by the plugin from the package, are checked against their documents only.
     """
-    return _own_cases(request.config)
+    if request.config.getoption("--impl") is not None:
+        return False  # a submission is checked against the documents; snapshots record the reference
+    return _own_cases(request.config) and request.path.resolve() != CASE_CHECKS
+
+
+@pytest.fixture(scope="session")
+def case_functions(request):
+    """The spec functions the case checks call: None for the reference core, or a submission's (``--impl``).
+
+    A submission is imported and called in a separate process (``attention_core.grading``).
+    """
+    impl = request.config.getoption("--impl")
+    if impl is None:
+        yield None
+        return
+    from attention_core.grading import client  # noqa: PLC0415 (loaded only when a submission is checked)
+    from attention_core.grading.grader import CALL_TIMEOUT, RemoteFunctions  # noqa: PLC0415
+    with client.Worker() as worker:
+        submission = worker.open(Path(impl))
+        try:
+            if submission.status != client.OK:
+                pytest.fail(f"--impl {impl} could not be imported: {submission.message}", pytrace=False)
+            yield RemoteFunctions(submission, CALL_TIMEOUT)
+        finally:
+            submission.close()
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Under ``-m case`` (the case checks alone), leave test modules that hold none unimported."""
-    if config.getoption("markexpr", "") != "case" or collection_path.suffix != ".py":
+    """Leave unimported the test modules a run does not need, by name, without reading them.
+
+    * With another folder's cases (``--cases DIR``), the project's ``test_cases.py``: the plugin
+      collects the package's case checks instead, which compare no snapshots, and syrupy,
+      finding the module that owns the project's snapshots uncollected, leaves them alone (it
+      would otherwise report every one of them unused).
+    * Under ``-m case`` (the case checks alone), every other test module.
+    """
+    if collection_path.suffix != ".py":
         return None
-    if collection_path.name.startswith("test_") and "case_check" not in collection_path.read_text(encoding="utf-8"):
+    if collection_path.name == CASE_MODULE:
+        return None if _own_cases(config) else True
+    if config.getoption("markexpr", "") == "case" and any(
+            fnmatch(collection_path.name, pattern) for pattern in config.getini("python_files")):
         return True
     return None
 
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Add the package's case checks after whatever the session collects from its folders.
+
+    They stand last, so that a run whose own ``test_cases.py`` holds the case checks (this
+    project) finds them already collected, and the package's module yields nothing. A run
+    given only test files (``pytest tests/test_expr.py``) gets no case checks.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    if isinstance(collector, pytest.Session) and report.passed and _collects_a_folder(collector.config):
+        # Named as in a source checkout, wherever the package is installed.
+        nodeid = CASE_CHECKS_MODULE.replace(".", "/") + ".py"
+        report.result.append(PackageCaseChecks.from_parent(collector, path=CASE_CHECKS, nodeid=nodeid))
+
+
+class PackageCaseChecks(pytest.Module):
+    """``case_checks.py``, collected from the package unless the run's own modules hold the case checks."""
+
+    def collect(self):
+        if any("case_check" in getattr(item, "fixturenames", ()) for item in self.session.items):
+            return []
+        return super().collect()
+
+
+def _collects_a_folder(config):
+    """Whether the run collects a folder (``testpaths``, the working directory, or one it is given)."""
+    return any((config.invocation_params.dir / arg.split("::")[0]).is_dir() for arg in config.args)
+
+
+def _devices(config):
+    """``(device, marks)`` for each device the run covers; one that cannot run here is skipped.
+
+    A submission (``--impl``) runs in its own process on the CPU.
+    """
+    for device in covered(config.getoption("--device") or (["cpu"] if config.getoption("--impl") else None)):
+        reason = skip_reason(device)
+        yield device, [pytest.mark.skip(reason=reason)] if reason else []
 
 
 def pytest_generate_tests(metafunc):
@@ -87,32 +182,24 @@ def pytest_generate_tests(metafunc):
         _parametrize_low_precision(metafunc)
     if "case_check" not in metafunc.fixturenames:
         return
-    devices = metafunc.config.getoption("--device") or DEVICES
-    cuda = torch.cuda.is_available()
     params = []
     for item in case_items(metafunc.config):
         if item.error is not None:
             params.append(pytest.param(item, None, id=item.id, marks=pytest.mark.case))
             continue
-        for device in devices:
-            marks = [pytest.mark.case]
-            if device == "cuda" and not cuda:
-                marks.append(pytest.mark.skip(reason=_NO_CUDA))
-            params.append(pytest.param(item, device, id=f"{item.id}-{device}", marks=marks))
+        for device, marks in _devices(metafunc.config):
+            params.append(pytest.param(item, device, id=f"{item.id}-{device}", marks=[pytest.mark.case, *marks]))
     metafunc.parametrize(("case_check", "device"), params)
 
 
 def _parametrize_low_precision(metafunc):
     """Graded checks x (float16, bfloat16) x devices, for the low-precision comparison."""
-    devices = metafunc.config.getoption("--device") or DEVICES
-    cuda = torch.cuda.is_available()
     params = []
     for item in case_items(metafunc.config):
         if item.error is not None or item.check.kind != "call":
             continue
         for dtype in LOW_PRECISION:
-            for device in devices:
-                marks = [pytest.mark.skip(reason=_NO_CUDA)] if device == "cuda" and not cuda else []
+            for device, marks in _devices(metafunc.config):
                 name = str(dtype).removeprefix("torch.")
                 params.append(pytest.param(item, dtype, device, id=f"{item.id}-{name}-{device}", marks=marks))
     metafunc.parametrize(("graded_check", "low_dtype", "device"), params)

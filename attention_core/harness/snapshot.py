@@ -92,6 +92,9 @@ class TensorSnapshotExtension(SingleFileSnapshotExtension):
             return f"(not UTF-8 text: {err})\n"
 
     def diff_lines(self, serialized_data, snapshot_data):
+        if not snapshot_data:  # no file yet: syrupy has just said that it does not exist
+            yield "write it with `python -m pytest -m case --snapshot-update`, then review and commit it"
+            return
         for problem in _problems(serialized_data, snapshot_data):
             yield from problem.splitlines()
 
