@@ -1,0 +1,74 @@
+"""Grading throughput: a batch of 25 submissions against a batch of 2, and against one process per submission.
+
+Usage: python benchmarks/grading.py [--jobs N] [--runs N]
+Prints the marginal rate (23 submissions over the difference of the two batches' walls, so the
+start-up both pay is excluded; goal: at least 8 submissions/s), the 25-batch's whole wall, and
+the ratio of a fresh-interpreter-per-submission loop's wall to the 25-batch's. The submissions
+are the shipped mutants, the reference, the correct styles of tests/implementations.py, the
+untouched template and one that fails at import. Gradient checks are on.
+"""
+
+import argparse
+import inspect
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from attention_core import reference
+from attention_core.grading import mutants
+from attention_core.grading.template import template
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def submissions(folder):
+    """25 submission files in ``folder``."""
+    source = inspect.getsource(reference)
+    files = {f"mutant_{m.name}": mutants.submission_source(m) for m in mutants.MUTANTS}
+    files.update(reference=source, template=template(), import_error="raise ImportError('no')\n")
+    styles = (ROOT / "tests" / "implementations.py").read_text(encoding="utf-8").replace(
+        "from attention_core import reference\n",
+        f"import types as _types\nreference = _types.ModuleType('reference')\nexec({source!r}, reference.__dict__)\n")
+    for style in ("LOOPS", "FLOAT64", "EINSUM", "TORCH"):
+        files[style.lower()] = styles + f"\nglobals().update({style})\n"
+    paths = []
+    for name, text in files.items():
+        path = folder / f"{name}.py"
+        path.write_text(text, encoding="utf-8")
+        paths.append(str(path))
+    return paths
+
+
+def wall(paths, out, jobs):
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out), "--jobs", str(jobs)],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        paths = submissions(scratch)
+        assert len(paths) == 25, len(paths)
+        walls25, walls2 = [], []
+        for _ in range(args.runs):  # alternate, so that machine noise hits both alike
+            walls25.append(wall(paths, scratch / "out25", args.jobs))
+            walls2.append(wall(paths[:2], scratch / "out2", args.jobs))
+        loop = sum(wall([p], scratch / "one", 1) for p in paths)
+    w25, w2 = statistics.median(walls25), statistics.median(walls2)
+    print(f"25 submissions : {w25:.2f} s (median of {args.runs}, --jobs {args.jobs})")
+    print(f" 2 submissions : {w2:.2f} s")
+    print(f"marginal rate  : {23 / (w25 - w2):.1f} submissions/s (goal >= 8)")
+    print(f"one process per submission: {loop:.2f} s for 25, {loop / w25:.1f}x the batch's wall")
+
+
+if __name__ == "__main__":
+    main()
