@@ -884,7 +884,7 @@ def test_large_operands_with_small_results_are_allowed(small_limits, source, sha
 def test_value_dependent_results_of_large_operands_are_refused(small_limits, source):
     # The meta device has no values to count True in a list, or to compare.
     err = refused(source, {"zz": torch.zeros(200, 200), "bools": [True] * 200})
-    assert err.message.startswith(f"`{source}` refused: its size depends on values, and its operands allow")
+    assert err.message == f"`{source}` refused: its size depends on values, which the meta device does not have"
 
 
 def test_refusals_at_full_size():
@@ -907,7 +907,7 @@ def test_small_expressions_are_not_sized_on_the_meta_device(monkeypatch):
     def unused(*args):
         raise AssertionError("sized on the meta device")
 
-    monkeypatch.setattr(expr_module, "_size_on_meta", unused)
+    monkeypatch.setattr(expr_module, "size_on_meta", unused)
     test_worked_examples()
     for source, expected in METHOD_CASES:
         assert_same(ev(source), expected)

@@ -1,34 +1,27 @@
 """A small, safe expression language for deriving tensors in case files.
 
-Case files are data written by people, so their expressions are never handed to
-Python's ``eval``. :func:`parse` reads the text with ``ast.parse(mode="eval")`` and
-checks every node against an allow-list, once; :meth:`Expr.evaluate` then walks the
-validated tree with a dispatch table keyed by node type. Examples::
+Case files are data written by people, so their expressions are never handed to Python's
+``eval``. :func:`parse` reads the text with ``ast.parse(mode="eval")`` and checks every node
+against an allow-list, once; :meth:`Expr.evaluate` then walks the validated tree with a
+dispatch table keyed by node type. Examples::
 
-    input @ w_query
     tril(ones(8, 8)) / tril(ones(8, 8)).sum(1, keepdim=True)
     (matmul_qk * 3 ** -0.5).masked_fill(tril(ones(8, 8)) == 0, -inf)
-    MW_Q.permute(2, 0, 1).reshape(64, 128)
     attention(q, k, v, scale=1)        # a function the caller supplies
 
-Names resolve from the caller's scope, then :data:`CONSTANTS`. Calls resolve from
-the caller's ``functions``, then :data:`BUILTINS` (see :mod:`.expr_builtins`).
+Names resolve from the caller's scope, then :data:`CONSTANTS`; calls from the caller's
+``functions``, then :data:`BUILTINS` (see :mod:`.expr_builtins`).
 
-Resource limits are enforced before anything is allocated. No result of an operation may
-hold more than :data:`MAX_ELEMENTS` = 2**24 elements (views included: an expanded view
-shows as many), and the new tensors of one evaluation may hold at most
-:data:`MAX_TOTAL_ELEMENTS` = 2**25 in all, or whatever a :class:`Budget` shared by several
-evaluations allows (views and the scope's own tensors cost nothing). In float64, 2**25
-elements are 256 MiB, so a case's budget and one operation over it stay well under 1.5 GB.
-A tuple or list built with ``+`` may hold at most :data:`MAX_SEQUENCE` items.
-
-Torch sizes the operations itself: an operation whose quick bound (the product of its
-operands' sizes, or of its size arguments) could pass a limit is first run on the
-``meta`` device, which gives shapes without storage, and refused if its result is too
-large. Boolean masks in an index are sized by their count of True; an operation whose
-size depends on values the meta device lacks (``.item()``, ``allclose``) is refused
-there. Functions supplied by the caller run as they are; their results are charged
-after they return.
+Limits hold before anything is allocated. No result may hold more than :data:`MAX_ELEMENTS`
+= 2**24 elements (an expanded view too), and the new tensors of one evaluation at most
+:data:`MAX_TOTAL_ELEMENTS` = 2**25, or what a :class:`Budget` shared by several evaluations
+allows (views and the scope's tensors are free). At 8 bytes (float64), 2**25 elements are
+256 MiB: a case re-run in float64 several times stays under 1.5 GB. Tuples and lists built
+with ``+`` hold at most :data:`MAX_SEQUENCE` items. Torch sizes the operations itself: one
+whose quick bound (from its operands' shapes) could pass a limit is first run on the meta
+device (shapes without storage) and refused if its result is too large; one whose size
+depends on values the meta device lacks is refused there. Functions supplied by the caller
+are called as they are, and their results charged once they return.
 
 Columns in errors are 1-based character positions in the source text as given.
 """
@@ -36,7 +29,6 @@ Columns in errors are 1-based character positions in the source text as given.
 from __future__ import annotations
 
 import ast
-import math
 import operator
 import re
 import types
@@ -46,7 +38,8 @@ from dataclasses import dataclass, field
 import torch
 
 from attention_core.harness.expr_builtins import (
-    BUILTINS, CONSTANTS, CREATION, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES, matmul,
+    BUILTINS, CONSTANTS, CREATION, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES, Budget,
+    Refused, check_to, created_elements, index_bound, matmul, power, quick_bound, size_on_meta,
 )
 
 __all__ = ["ExprError", "Expr", "Budget", "parse", "BUILTINS", "CONSTANTS", "TENSOR_METHODS", "TENSOR_PROPERTIES"]
@@ -56,12 +49,8 @@ MAX_DEPTH = 50
 MAX_ELEMENTS = 2**24  # elements one result may hold
 MAX_TOTAL_ELEMENTS = 2**25  # elements one evaluation may create, all operations together
 MAX_SEQUENCE = 2**16  # items in a tuple or list built with `+`
-MAX_INT_EXPONENT = 64
-MAX_INT_POWER_BITS = 4096
 
 Tensor = torch.Tensor
-_META = torch.device("meta")
-_MASKS = (torch.bool, torch.uint8)
 
 
 # --------------------------------------------------------------------------- errors
@@ -71,9 +60,7 @@ class ExprError(ValueError):
     """A refused or failed expression: ``message``, 1-based ``column`` (or None), ``source``."""
 
     def __init__(self, message: str, column: int | None = None, source: str | None = None):
-        self.message = message
-        self.column = column
-        self.source = source
+        self.message, self.column, self.source = message, column, source
         super().__init__(message, column, source)
 
     def __str__(self) -> str:
@@ -84,132 +71,24 @@ class ExprError(ValueError):
         return (type(self), (self.message, self.column, self.source))
 
 
-class _Refusal(ExprError):
-    """An operation refused before it ran: a resource limit, or a device move in ``to``."""
-
-
-@dataclass
-class Budget:
-    """Elements that the evaluations sharing it may create together (e.g. one case's)."""
-
-    limit: int
-    spent: int = 0
-
-    def reserve(self, count: int) -> None:
-        """Refuse ``count`` more elements if they would take the spending past the limit."""
-        if self.spent + count > self.limit:
-            raise _Refusal(f"would create {count} more elements, {self.spent + count} in all; "
-                           f"the budget is {self.limit}")
-
-
 # --------------------------------------------------------------------------- sizing
 
 
-def _size(value) -> int:
-    """A bound on the elements an operation can spread ``value`` over (a zero size counts as one)."""
-    if isinstance(value, Tensor):
-        return value.numel() or math.prod(max(1, d) for d in value.shape)
-    if isinstance(value, (tuple, list)):  # indices broadcast together; data stacks
-        return max(1, len(value)) * math.prod(map(_size, value))
-    return 1
-
-
-def _tensors(value):
-    # The tensors of a result: itself, or those of a tuple (x.max(dim) gives two).
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for part in value for t in _tensors(part)]
-    return []
-
-
-def _created(result, operands) -> int:
-    """Elements of the new tensors in ``result``: not views, not operands handed back."""
-    return sum(t.numel() for t in _tensors(result)
-               if not t._is_view() and not any(t is a for a in operands))
-
-
-def _meta(value, numbers: bool):
-    """``value`` with its tensors on the meta device; with ``numbers``, 0-dim integer ones read as numbers."""
-    if isinstance(value, Tensor):
-        if numbers and value.dim() == 0 and not value.is_floating_point():
-            return value.item()  # a size, dimension or index, which torch reads the value of
-        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=_META)
-    if isinstance(value, torch.device):
-        return _META  # the device a creation function builds on
-    if isinstance(value, list):
-        return [_meta(v, numbers) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_meta(v, numbers) for v in value)
-    return value
-
-
-def _masks_as_indices(index):
-    # A k-dim boolean mask selects like the k index tensors of its True positions (torch's rule),
-    # which the meta device can size: it cannot count True itself.
-    items = index if isinstance(index, tuple) else (index,)
-    if not any(isinstance(i, Tensor) and i.dtype in _MASKS and i.dim() for i in items):
-        return index
-    result = []
-    for item in items:
-        is_mask = isinstance(item, Tensor) and item.dtype in _MASKS and item.dim()
-        result.extend(item.nonzero().unbind(1) if is_mask else [item])
-    return tuple(result)
-
-
-def _size_on_meta(fn, args, kwargs, budget, bound) -> None:
-    """Run ``fn`` on the meta device and refuse it if its result would be too large."""
-    if fn is operator.getitem:
-        args = (args[0], _masks_as_indices(args[1]))
-    try:
-        try:
-            meta_args = [_meta(a, False) for a in args]
-            result = fn(*meta_args, **{name: _meta(value, False) for name, value in kwargs.items()})
-        except Exception:  # a 0-dim integer tensor may be a size: try again with its value
-            meta_args = [_meta(a, True) for a in args]
-            result = fn(*meta_args, **{name: _meta(value, True) for name, value in kwargs.items()})
-    except Exception as exc:
-        if isinstance(exc, NotImplementedError) or "meta" in str(exc):
-            raise _Refusal(f"its size depends on values, and its operands allow up to {bound} elements; "
-                           f"the limit is {MAX_ELEMENTS}") from exc
-        raise
-    for tensor in _tensors(result):
-        if tensor.numel() > MAX_ELEMENTS:
-            raise _Refusal(f"would create {tensor.numel()} elements; the limit is {MAX_ELEMENTS}")
-    budget.reserve(_created(result, meta_args))
-
-
-def _run(ctx: _Context, node: ast.AST, fn: Callable, args, kwargs=None, bound=None):
+def _run(ctx: _Context, node: ast.AST, fn: Callable, args, kwargs=None, bound: Callable = quick_bound):
     """``fn(*args, **kwargs)``, sized on the meta device first unless its quick bound is small."""
-    kwargs = kwargs or {}
-    if bound is None:
-        bound = math.prod(map(_size, args)) * math.prod(map(_size, kwargs.values()))
-    budget = ctx.budget
+    kwargs, budget = kwargs or {}, ctx.budget
     try:
-        if bound > MAX_ELEMENTS or budget.spent + bound > budget.limit:
-            _size_on_meta(fn, args, kwargs, budget, bound)
+        most = bound(args, kwargs)
+        if most > MAX_ELEMENTS or budget.spent + most > budget.limit:
+            largest, created = size_on_meta(fn, args, kwargs)
+            if largest > MAX_ELEMENTS:
+                raise Refused(f"would create {largest} elements; the limit is {MAX_ELEMENTS}")
+            budget.reserve(created)
         result = fn(*args, **kwargs)
     except Exception as exc:
         raise ctx.failure(node, exc) from exc
-    budget.spent += _created(result, args)
+    budget.spent += created_elements(result, args)
     return result
-
-
-def _power(base, exponent):
-    """``base ** exponent`` with a cap on exact integer powers (which can grow without bound)."""
-    if isinstance(base, int) and isinstance(exponent, int):
-        if exponent > MAX_INT_EXPONENT:
-            raise _Refusal(f"integer power with exponent {exponent}; the limit is {MAX_INT_EXPONENT}")
-        if abs(base).bit_length() * exponent > MAX_INT_POWER_BITS:
-            raise _Refusal(f"integer power would exceed {MAX_INT_POWER_BITS} bits")
-    return base**exponent
-
-
-def _check_to(args, kwargs) -> None:
-    # `x.to` only converts dtypes: no devices, no tensors as templates.
-    dtypes = [*args, *([kwargs["dtype"]] if "dtype" in kwargs else [])]
-    if not dtypes or not all(isinstance(d, torch.dtype) for d in dtypes) or set(kwargs) - {"dtype", "copy"}:
-        raise _Refusal("`to` only converts dtypes, e.g. `x.to(float64)`")
 
 
 # --------------------------------------------------------------------------- positions
@@ -252,7 +131,7 @@ def _segment(source: str, node: ast.AST) -> str:
 
 _BINOPS: dict[type, Callable] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: _power, ast.MatMult: matmul,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: power, ast.MatMult: matmul,
     ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
 }
 _UNARYOPS: dict[type, Callable] = {
@@ -276,8 +155,7 @@ _REFUSED: dict[type, str] = {
     ast.NamedExpr: "assignment expressions (`:=`) are not allowed",
     ast.Starred: "starred expressions (`*x`) are not allowed",
     ast.Await: "await is not allowed",
-    ast.Yield: "yield is not allowed",
-    ast.YieldFrom: "yield is not allowed",
+    **dict.fromkeys([ast.Yield, ast.YieldFrom], "yield is not allowed"),
     ast.BoolOp: "`and`/`or` are not allowed; use `&` and `|` on masks",
 }
 
@@ -292,8 +170,7 @@ class _Validator:
     """One pass over a parsed tree: refuses what is not allowed, collects names and calls."""
 
     def __init__(self, source: str, functions: frozenset[str]):
-        self.source = source
-        self.functions = functions
+        self.source, self.functions = source, functions
         self.names: set[str] = set()
         self.calls: set[str] = set()
 
@@ -307,54 +184,42 @@ class _Validator:
             return
         if depth > MAX_DEPTH:
             self.refuse(f"expression is nested too deeply; the limit is {MAX_DEPTH}", node)
-        check = getattr(self, "visit_" + type(node).__name__, None)
-        if check is None:
-            self.refuse(_REFUSED.get(type(node), f"{type(node).__name__} expressions are not allowed"), node)
-        check(node, depth + 1)
+        kind, children = type(node), ()
+        if kind is ast.Constant:
+            for refused, name in ((str, "strings"), (bytes, "bytes"), (complex, "complex numbers")):
+                if isinstance(node.value, refused):
+                    self.refuse(f"{name} are not allowed", node)
+        elif kind is ast.Name:
+            self.check_identifier(node.id, "names", node)
+            if node.id not in CONSTANTS:
+                self.names.add(node.id)
+        elif kind in (ast.Tuple, ast.List):
+            children = node.elts
+        elif kind is ast.BinOp:
+            self.check_operator(node.op, _BINOPS, node)
+            children = node.left, node.right
+        elif kind is ast.UnaryOp:
+            children = (node.operand,)
+        elif kind is ast.Compare:
+            if len(node.ops) > 1:
+                self.refuse("chained comparisons are not allowed; compare two values at a time", node)
+            self.check_operator(node.ops[0], _COMPAREOPS, node)
+            children = node.left, node.comparators[0]
+        elif kind is ast.Subscript:
+            children = node.value, node.slice
+        elif kind is ast.Slice:
+            children = node.lower, node.upper, node.step
+        elif kind is ast.Attribute:
+            self.check_attribute(node)
+            children = (node.value,)
+        elif kind is ast.Call:
+            self.check_call(node, depth)
+        else:
+            self.refuse(_REFUSED.get(kind, f"{kind.__name__} expressions are not allowed"), node)
+        for child in children:
+            self.visit(child, depth + 1)
 
-    def visit_all(self, nodes, depth: int) -> None:
-        for node in nodes:
-            self.visit(node, depth)
-
-    def visit_Constant(self, node: ast.Constant, depth: int) -> None:
-        for kind, name in ((str, "strings"), (bytes, "bytes"), (complex, "complex numbers")):
-            if isinstance(node.value, kind):
-                self.refuse(f"{name} are not allowed", node)
-
-    def visit_Name(self, node: ast.Name, depth: int) -> None:
-        self.check_identifier(node.id, "names", node)
-        if node.id not in CONSTANTS:
-            self.names.add(node.id)
-
-    def visit_Tuple(self, node: ast.Tuple, depth: int) -> None:
-        self.visit_all(node.elts, depth)
-
-    visit_List = visit_Tuple
-
-    def visit_BinOp(self, node: ast.BinOp, depth: int) -> None:
-        self.check_operator(node.op, _BINOPS, node)
-        self.visit_all((node.left, node.right), depth)
-
-    def visit_UnaryOp(self, node: ast.UnaryOp, depth: int) -> None:
-        self.visit(node.operand, depth)
-
-    def visit_Compare(self, node: ast.Compare, depth: int) -> None:
-        if len(node.ops) > 1:
-            self.refuse("chained comparisons are not allowed; compare two values at a time", node)
-        self.check_operator(node.ops[0], _COMPAREOPS, node)
-        self.visit_all((node.left, node.comparators[0]), depth)
-
-    def visit_Subscript(self, node: ast.Subscript, depth: int) -> None:
-        self.visit_all((node.value, node.slice), depth)
-
-    def visit_Slice(self, node: ast.Slice, depth: int) -> None:
-        self.visit_all((node.lower, node.upper, node.step), depth)
-
-    def visit_Attribute(self, node: ast.Attribute, depth: int) -> None:
-        self.check_attribute(node)
-        self.visit(node.value, depth)
-
-    def visit_Call(self, node: ast.Call, depth: int) -> None:
+    def check_call(self, node: ast.Call, depth: int) -> None:
         func = node.func
         if isinstance(func, ast.Name):
             self.check_identifier(func.id, "names", func)
@@ -365,13 +230,18 @@ class _Validator:
             self.check_attribute(func)
             if func.attr not in TENSOR_METHODS:
                 self.refuse(f"method '{func.attr}' is not allowed", column=_attr_column(self.source, func))
-            self.visit(func.value, depth)
+            self.visit(func.value, depth + 1)
         else:
             self.refuse("only named functions and tensor methods can be called", func)
-        self.visit_all(node.args, depth)
+        for argument in node.args:
+            self.visit(argument, depth + 1)
         for keyword in node.keywords:
-            self.check_keyword(keyword)
-            self.visit(keyword.value, depth)
+            if keyword.arg is None:
+                self.refuse("`**` arguments are not allowed", keyword)
+            self.check_identifier(keyword.arg, "keyword arguments", keyword)
+            if keyword.arg in _REFUSED_KEYWORDS:
+                self.refuse(f"keyword argument '{keyword.arg}' is not allowed", keyword)
+            self.visit(keyword.value, depth + 1)
 
     def check_identifier(self, name: str, kind: str, node: ast.AST) -> None:
         if name.startswith("_"):
@@ -383,13 +253,6 @@ class _Validator:
                         column=_attr_column(self.source, node))
         if isinstance(node.value, _LITERAL_NODES):
             self.refuse("attributes and methods are only allowed on tensors and records", node)
-
-    def check_keyword(self, keyword: ast.keyword) -> None:
-        if keyword.arg is None:
-            self.refuse("`**` arguments are not allowed", keyword)
-        self.check_identifier(keyword.arg, "keyword arguments", keyword)
-        if keyword.arg in _REFUSED_KEYWORDS:
-            self.refuse(f"keyword argument '{keyword.arg}' is not allowed", keyword)
 
     def check_operator(self, op: ast.AST, allowed: Mapping, node: ast.AST) -> None:
         if type(op) not in allowed:
@@ -442,11 +305,6 @@ def parse(source: str, *, extra_functions: Collection[str] = ()) -> Expr:
 
 # --------------------------------------------------------------------------- evaluation
 
-# Fields of the named tuples that x.max(dim) and x.min(dim) return.
-_RESULT_FIELDS = frozenset({"values", "indices"})
-_RESULT_TYPES = (torch.return_types.max, torch.return_types.min)
-
-
 class _Context:
     """What one evaluation needs: the scope, the functions, the device and dtype, the budget."""
 
@@ -462,10 +320,9 @@ class _Context:
 
     def failure(self, node: ast.AST, exc: BaseException) -> ExprError:
         # "`q @ k` failed: <torch's first line>", or "refused" for a refusal.
-        if isinstance(exc, _Refusal):
-            return self.error(f"`{_segment(self.source, node)}` refused: {exc.message}", node)
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return self.error(f"`{_segment(self.source, node)}` failed: {text}", node)
+        verb = "refused" if isinstance(exc, Refused) else "failed"
+        return self.error(f"`{_segment(self.source, node)}` {verb}: {text}", node)
 
 
 def _evaluate(node: ast.AST, ctx: _Context):
@@ -487,18 +344,9 @@ def _eval_binop(node: ast.BinOp, ctx: _Context):
     if any(sequences) and op is not operator.add:  # no `[0] * 10**9` (nor `[0] * tensor([10**9])`)
         raise ctx.error(f"`{_segment(ctx.source, node)}` failed: only `+` is allowed on tuples and lists", node)
     if all(sequences) and len(left) + len(right) > MAX_SEQUENCE:
-        refusal = _Refusal(f"would create a sequence of {len(left) + len(right)} items; the limit is {MAX_SEQUENCE}")
-        raise ctx.failure(node, refusal)
+        length = len(left) + len(right)
+        raise ctx.failure(node, Refused(f"would create a sequence of {length} items; the limit is {MAX_SEQUENCE}"))
     return _apply(node, ctx, op, (left, right))
-
-
-def _eval_unaryop(node: ast.UnaryOp, ctx: _Context):
-    return _apply(node, ctx, _UNARYOPS[type(node.op)], (_evaluate(node.operand, ctx),))
-
-
-def _eval_compare(node: ast.Compare, ctx: _Context):
-    operands = (_evaluate(node.left, ctx), _evaluate(node.comparators[0], ctx))
-    return _apply(node, ctx, _COMPAREOPS[type(node.ops[0])], operands)
 
 
 def _apply(node, ctx: _Context, op: Callable, operands):
@@ -511,14 +359,12 @@ def _apply(node, ctx: _Context, op: Callable, operands):
         raise ctx.failure(node, exc) from exc
 
 
-def _eval_slice(node: ast.Slice, ctx: _Context):
-    return slice(*(None if part is None else _evaluate(part, ctx) for part in (node.lower, node.upper, node.step)))
-
-
 def _eval_subscript(node: ast.Subscript, ctx: _Context):
     value, index = _evaluate(node.value, ctx), _evaluate(node.slice, ctx)
     if not isinstance(value, (Tensor, tuple, list)):  # torch.Size is a tuple
         raise ctx.error(f"`{_segment(ctx.source, node)}` failed: cannot index a {type(value).__name__}", node)
+    if isinstance(value, Tensor):
+        return _run(ctx, node, operator.getitem, (value, index), bound=index_bound)
     return _apply(node, ctx, operator.getitem, (value, index))
 
 
@@ -535,7 +381,7 @@ def _eval_attribute(node: ast.Attribute, ctx: _Context):
         if attr in fields:
             return fields[attr]
         problem = f"the record has no field '{attr}' (it has: {', '.join(sorted(fields)) or 'none'})"
-    elif isinstance(value, _RESULT_TYPES) and attr in _RESULT_FIELDS:
+    elif attr in RESULT_FIELDS.get(type(value), ()):  # x.max(dim).values
         return getattr(value, attr)
     else:
         problem = f"cannot read attribute '{attr}' of a {type(value).__name__}"
@@ -559,12 +405,11 @@ def _eval_call(node: ast.Call, ctx: _Context):
     args, kwargs = _eval_arguments(node, ctx)
     if supplied is not None:  # the caller's: not sized, and its exceptions pass through unchanged
         result = supplied(*args, **kwargs)
-        ctx.budget.spent += _created(result, args)
+        ctx.budget.spent += created_elements(result, args)
         return result
     if func.id in CREATION:
         kwargs.update(device=ctx.device, default_dtype=ctx.dtype)
-    bound = SIZE_BOUNDS.get(func.id)
-    return _run(ctx, node, builtin, args, kwargs, bound and _bound(ctx, node, bound, args, kwargs))
+    return _run(ctx, node, builtin, args, kwargs, SIZE_BOUNDS.get(func.id, quick_bound))
 
 
 def _call_method(node: ast.Call, func: ast.Attribute, ctx: _Context):
@@ -577,20 +422,11 @@ def _call_method(node: ast.Call, func: ast.Attribute, ctx: _Context):
     args = [receiver, *args]
     if name == "to":
         try:
-            _check_to(args[1:], kwargs)
-        except _Refusal as exc:
+            check_to(args[1:], kwargs)
+        except Refused as exc:
             raise ctx.failure(node, exc) from None
-    bound = SIZE_BOUNDS.get(name)
     method = matmul if name == "matmul" else getattr(Tensor, name)
-    return _run(ctx, node, method, args, kwargs, bound and _bound(ctx, node, bound, args, kwargs))
-
-
-def _bound(ctx: _Context, node: ast.AST, bound: Callable, args, kwargs):
-    # An operation's own quick bound (for those taking sizes); its failures are the expression's.
-    try:
-        return bound(args, kwargs)
-    except Exception as exc:
-        raise ctx.failure(node, exc) from exc
+    return _run(ctx, node, method, args, kwargs, SIZE_BOUNDS.get(name, quick_bound))
 
 
 _EVALUATORS: dict[type, Callable] = {
@@ -599,9 +435,11 @@ _EVALUATORS: dict[type, Callable] = {
     ast.Tuple: lambda node, ctx: tuple([_evaluate(element, ctx) for element in node.elts]),
     ast.List: lambda node, ctx: [_evaluate(element, ctx) for element in node.elts],
     ast.BinOp: _eval_binop,
-    ast.UnaryOp: _eval_unaryop,
-    ast.Compare: _eval_compare,
-    ast.Slice: _eval_slice,
+    ast.UnaryOp: lambda node, ctx: _apply(node, ctx, _UNARYOPS[type(node.op)], (_evaluate(node.operand, ctx),)),
+    ast.Compare: lambda node, ctx: _apply(node, ctx, _COMPAREOPS[type(node.ops[0])],
+                                          (_evaluate(node.left, ctx), _evaluate(node.comparators[0], ctx))),
+    ast.Slice: lambda node, ctx: slice(*(part if part is None else _evaluate(part, ctx)
+                                         for part in (node.lower, node.upper, node.step))),
     ast.Subscript: _eval_subscript,
     ast.Attribute: _eval_attribute,
     ast.Call: _eval_call,

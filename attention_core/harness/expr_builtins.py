@@ -1,23 +1,32 @@
-"""What an expression may use: constants, builtin functions, tensor methods and properties.
+"""The operations an expression may use, and how large their results can be.
 
-Creation functions (``ones``, ``zeros``, ``full``, ``eye``, ``arange``, ``tensor``) build
-on the evaluation device, and their floating results take the evaluation dtype unless
-``dtype=`` is given. :data:`SIZE_BOUNDS` gives, for the builtins and methods whose
-arguments are sizes, a quick upper bound on the elements they create; the evaluator
-uses it to skip sizing small operations on the meta device.
+Constants, builtin functions, tensor methods and properties. Creation functions (``ones``,
+``zeros``, ``full``, ``eye``, ``arange``, ``tensor``) build on the evaluation device, and
+their floating results take the evaluation dtype unless ``dtype=`` is given.
+
+Sizes: :func:`quick_bound` (and :data:`SIZE_BOUNDS` for operations whose arguments are
+sizes) bounds what an operation can create from its operands' shapes alone, so that small
+operations run at once; :func:`size_on_meta` runs one on torch's meta device, which knows
+every shape rule, for the exact size. The meta device's first use imports a good part of
+torch (seconds), which is why small operations skip it.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 import types
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 Tensor = torch.Tensor
+MAX_INT_EXPONENT = 64
+MAX_INT_POWER_BITS = 4096
+
 
 CONSTANTS: Mapping[str, object] = types.MappingProxyType({
     "inf": math.inf, "nan": math.nan, "pi": math.pi,
@@ -26,6 +35,9 @@ CONSTANTS: Mapping[str, object] = types.MappingProxyType({
 })
 
 TENSOR_PROPERTIES = frozenset({"T", "mT", "shape", "ndim", "dtype"})
+
+# Fields of the named tuples that x.max(dim) and x.min(dim) return.
+RESULT_FIELDS = {torch.return_types.max: ("values", "indices"), torch.return_types.min: ("values", "indices")}
 
 TENSOR_METHODS = frozenset(
     """
@@ -36,6 +48,23 @@ TENSOR_METHODS = frozenset(
     size numel dim item allclose isclose isfinite isnan eq ne lt le gt ge matmul to
     """.split()
 )
+
+
+def power(base, exponent):
+    """``base ** exponent`` with a cap on exact integer powers (which can grow without bound)."""
+    if isinstance(base, int) and isinstance(exponent, int):
+        if exponent > MAX_INT_EXPONENT:
+            raise Refused(f"integer power with exponent {exponent}; the limit is {MAX_INT_EXPONENT}")
+        if abs(base).bit_length() * exponent > MAX_INT_POWER_BITS:
+            raise Refused(f"integer power would exceed {MAX_INT_POWER_BITS} bits")
+    return base**exponent
+
+
+def check_to(args, kwargs) -> None:
+    """``x.to`` only converts dtypes: no devices, no tensors as templates."""
+    dtypes = [*args, *([kwargs["dtype"]] if "dtype" in kwargs else [])]
+    if not dtypes or not all(isinstance(d, torch.dtype) for d in dtypes) or set(kwargs) - {"dtype", "copy"}:
+        raise Refused("`to` only converts dtypes, e.g. `x.to(float64)`")
 
 
 def _int_sizes(sizes) -> list[int]:
@@ -199,7 +228,25 @@ BUILTINS: Mapping[str, Callable] = types.MappingProxyType({
 CREATION = frozenset({"ones", "zeros", "full", "eye", "arange", "tensor"})
 
 
-# --------------------------------------------------------------------------- size bounds
+# --------------------------------------------------------------------------- sizes
+
+
+class Refused(Exception):
+    """An operation refused before it runs: a limit, or a device move in ``to``."""
+
+
+@dataclass
+class Budget:
+    """Elements that the evaluations sharing it may create together (e.g. one case's)."""
+
+    limit: int
+    spent: int = 0
+
+    def reserve(self, count: int) -> None:
+        """Refuse ``count`` more elements if they would take the spending past the limit."""
+        if self.spent + count > self.limit:
+            raise Refused(f"would create {count} more elements, {self.spent + count} in all; "
+                          f"the budget is {self.limit}")
 
 
 def _magnitude(value) -> int:
@@ -230,11 +277,62 @@ def _data_count(data) -> int:
     return count * data.numel() if isinstance(data, Tensor) else count
 
 
+def broadcast_bound(shapes) -> int:
+    """The product of the largest size in each right-aligned dimension (a zero counted as one).
+
+    No broadcast of tensors of these shapes makes more elements, nor a matrix product of two
+    of them (its result and its operands copied out to the broadcast batch shape).
+    """
+    dims = [1] * max(map(len, shapes), default=0)
+    for shape in shapes:
+        for i, size in enumerate(shape, len(dims) - len(shape)):
+            dims[i] = max(dims[i], size)
+    return math.prod(dims)
+
+
 def _receiver_size(args) -> int:
-    return math.prod(max(1, d) for d in args[0].shape) if args and isinstance(args[0], Tensor) else 1
+    return broadcast_bound([args[0].shape]) if args and isinstance(args[0], Tensor) else 1
 
 
-# Upper bounds (args, kwargs) -> elements, for the operations whose arguments are sizes.
+def _attention_bound(args, kwargs) -> int:
+    # Its (..., L, S) weights are q @ k^T (with the mask); its (..., L, Ev) output is weights @ v.
+    named = inspect.signature(scaled_dot_product_attention).bind(*args, **kwargs).arguments
+    q, k, v, mask = (named.get(name) for name in ("q", "k", "v", "attn_mask"))
+    if not all(isinstance(t, Tensor) and t.dim() >= 2 for t in (q, k, v)):
+        return 1  # torch refuses these
+    mask_shape = mask.shape if isinstance(mask, Tensor) else ()
+    return max(broadcast_bound([q.shape, k.mT.shape, mask_shape]), broadcast_bound([q.shape, k.shape, v.shape]))
+
+
+def _size(value) -> int:
+    """A bound on the elements of ``value`` as data: a sequence's length times its largest item."""
+    if isinstance(value, Tensor):
+        return value.numel() or broadcast_bound([value.shape])
+    if isinstance(value, (tuple, list)):
+        return max(1, len(value)) * max(map(_size, value), default=1)
+    return 1
+
+
+def _index_size(index) -> int:
+    # Per element of what it indexes: the index's tensors broadcast together, at most their product.
+    if isinstance(index, (tuple, list)):
+        return max(1, len(index)) * math.prod(map(_index_size, index))
+    return _size(index)
+
+
+def quick_bound(args, kwargs) -> int:
+    """A bound on the elements most operations create: their tensors broadcast, times their sequences."""
+    values = [*args, *kwargs.values()]
+    shapes = [value.shape for value in values if isinstance(value, Tensor)]
+    return broadcast_bound(shapes) * math.prod(_size(v) for v in values if isinstance(v, (tuple, list)))
+
+
+def index_bound(args, kwargs) -> int:
+    """A bound on the elements ``value[index]`` creates, for ``args`` = ``(value, index)``."""
+    return _size(args[0]) * _index_size(args[1])
+
+
+# Upper bounds (args, kwargs) -> elements, for the operations whose arguments are sizes (and attention).
 SIZE_BOUNDS: Mapping[str, Callable] = types.MappingProxyType({
     "ones": lambda args, kwargs: _magnitude((args, *kwargs.values())),
     "zeros": lambda args, kwargs: _magnitude((args, *kwargs.values())),
@@ -244,4 +342,82 @@ SIZE_BOUNDS: Mapping[str, Callable] = types.MappingProxyType({
     "tensor": lambda args, kwargs: _data_count(args[0] if args else kwargs.get("data")),
     "repeat": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
     "expand": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
+    "scaled_dot_product_attention": _attention_bound,
 })
+
+
+_META = torch.device("meta")
+_MASKS = (torch.bool, torch.uint8)
+
+
+class ValuesNeeded(Refused):
+    """The meta device cannot size an operation: its result's size depends on values."""
+
+
+def _tensors(value):
+    # The tensors of a result: itself, or those of a tuple (x.max(dim) gives two).
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for part in value for t in _tensors(part)]
+    return []
+
+
+def created_elements(result, operands) -> int:
+    """Elements of the new tensors in ``result``: not views, not operands handed back."""
+    return sum(t.numel() for t in _tensors(result) if not t._is_view() and not any(t is a for a in operands))
+
+
+def _meta(value, numbers: bool):
+    # ``value`` with its tensors on the meta device; with ``numbers``, 0-dim integer ones read as numbers.
+    if isinstance(value, Tensor):
+        if numbers and value.dim() == 0 and not value.is_floating_point():
+            return value.item()  # a size, dimension or index, which torch reads the value of
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=_META)
+    if isinstance(value, torch.device):
+        return _META  # the device a creation function builds on
+    if isinstance(value, list):
+        return [_meta(v, numbers) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_meta(v, numbers) for v in value)
+    return value
+
+
+def _masks_as_indices(index):
+    # A k-dim boolean mask selects like the k index tensors of its True positions (torch's rule),
+    # which the meta device can size: it cannot count True itself.
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(isinstance(i, Tensor) and i.dtype in _MASKS and i.dim() for i in items):
+        return index
+    result = []
+    for item in items:
+        is_mask = isinstance(item, Tensor) and item.dtype in _MASKS and item.dim()
+        result.extend(item.nonzero().unbind(1) if is_mask else [item])
+    return tuple(result)
+
+
+def size_on_meta(fn, args, kwargs) -> tuple[int, int]:
+    """``fn(*args, **kwargs)`` run on the meta device (shapes without storage), nothing allocated.
+
+    Returns:
+        The elements of its largest result (a view too) and of its new tensors together.
+
+    Raises:
+        ValuesNeeded: if the size depends on values (``.item()``, ``allclose``, a list of bools).
+        Exception: torch's own, for operands it refuses.
+    """
+    if fn is operator.getitem:
+        args = (args[0], _masks_as_indices(args[1]))
+    try:
+        try:
+            meta_args = [_meta(a, False) for a in args]
+            result = fn(*meta_args, **{name: _meta(value, False) for name, value in kwargs.items()})
+        except Exception:  # a 0-dim integer tensor may be a size: try again with its value
+            meta_args = [_meta(a, True) for a in args]
+            result = fn(*meta_args, **{name: _meta(value, True) for name, value in kwargs.items()})
+    except Exception as exc:
+        if isinstance(exc, NotImplementedError) or "meta" in str(exc):
+            raise ValuesNeeded("its size depends on values, which the meta device does not have") from exc
+        raise
+    largest = max((t.numel() for t in _tensors(result)), default=0)
+    return largest, created_elements(result, meta_args)
