@@ -818,7 +818,7 @@ BIG = {
     "x": torch.ones(1000, 1), "y": torch.ones(1, 1000), "z": torch.ones(100, 100),
     "row": torch.ones(1, 1000), "i": torch.zeros(1000, dtype=LONG), "col": torch.zeros(1000, 1, dtype=LONG),
     "w": torch.arange(100).reshape(10, 10), "m": torch.arange(10) == 3, "j": torch.zeros(100_000, dtype=LONG),
-    "t": torch.zeros((), dtype=LONG) + 101, "long": [0] * 101, "rows": [[0] * 101] * 100,
+    "p": torch.ones(20, 1, 1, 50), "r": torch.ones(1, 20, 50, 1), "t": torch.zeros((), dtype=LONG) + 101, "long": [0] * 101, "rows": [[0] * 101] * 100,
 }
 
 
@@ -836,6 +836,8 @@ BIG = {
         # matrix products, also with an empty inner dimension
         ("x @ y", 10**6), ("matmul(x, y)", 10**6), ("x.matmul(other=y)", 10**6),
         ("bmm(x[None], y[None])", 10**6), ("zeros(1000, 0) @ zeros(0, 1000)", 10**6),
+        # a batched product of 400 elements, whose operands torch first copies out to the (20, 20) batch
+        ("p @ r", 20_000), ("matmul(p, r)", 20_000), ("p.matmul(r)", 20_000),
         # repeat and expand (an expanded view shows as many elements as it would hold)
         ("z.repeat(2, 1)", 20_000), ("z.T.repeat(1, 1, 2)", 20_000), ("x.expand(1000, 1000)", 10**6),
         ("x.expand(-1, 11)", 11_000),
