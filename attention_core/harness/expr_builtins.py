@@ -13,7 +13,6 @@ torch (seconds), which is why small operations skip it.
 
 from __future__ import annotations
 
-import inspect
 import math
 import operator
 import types
@@ -283,6 +282,8 @@ def broadcast_bound(shapes) -> int:
     No broadcast of tensors of these shapes makes more elements, nor a matrix product of two
     of them (its result and its operands copied out to the broadcast batch shape).
     """
+    if len(shapes) == 1:  # the usual case, kept quick
+        return math.prod([max(1, size) for size in shapes[0]])
     dims = [1] * max(map(len, shapes), default=0)
     for shape in shapes:
         for i, size in enumerate(shape, len(dims) - len(shape)):
@@ -295,12 +296,14 @@ def _receiver_size(args) -> int:
 
 
 def _attention_bound(args, kwargs) -> int:
+    return _attention_shapes(*args, **kwargs)
+
+
+def _attention_shapes(q, k, v, attn_mask=None, **options) -> int:
     # Its (..., L, S) weights are q @ k^T (with the mask); its (..., L, Ev) output is weights @ v.
-    named = inspect.signature(scaled_dot_product_attention).bind(*args, **kwargs).arguments
-    q, k, v, mask = (named.get(name) for name in ("q", "k", "v", "attn_mask"))
     if not all(isinstance(t, Tensor) and t.dim() >= 2 for t in (q, k, v)):
         return 1  # torch refuses these
-    mask_shape = mask.shape if isinstance(mask, Tensor) else ()
+    mask_shape = attn_mask.shape if isinstance(attn_mask, Tensor) else ()
     return max(broadcast_bound([q.shape, k.mT.shape, mask_shape]), broadcast_bound([q.shape, k.shape, v.shape]))
 
 
@@ -322,7 +325,7 @@ def _index_size(index) -> int:
 
 def quick_bound(args, kwargs) -> int:
     """A bound on the elements most operations create: their tensors broadcast, times their sequences."""
-    values = [*args, *kwargs.values()]
+    values = (*args, *kwargs.values()) if kwargs else args
     shapes = [value.shape for value in values if isinstance(value, Tensor)]
     return broadcast_bound(shapes) * math.prod(_size(v) for v in values if isinstance(v, (tuple, list)))
 
@@ -365,6 +368,8 @@ def _tensors(value):
 
 def created_elements(result, operands) -> int:
     """Elements of the new tensors in ``result``: not views, not operands handed back."""
+    if isinstance(result, Tensor):  # the usual case, kept quick
+        return 0 if result._is_view() or any(result is a for a in operands) else result.numel()
     return sum(t.numel() for t in _tensors(result) if not t._is_view() and not any(t is a for a in operands))
 
 
