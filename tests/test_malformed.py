@@ -75,11 +75,12 @@ HOSTILE = {
         - id: c
           dtype: float64
           inputs:
-            a: {expr: "ones(4096, 8192)"}
-            b: {expr: "ones(4096, 8192)"}
-            d: {expr: "ones(4096, 8192)"}
-          checks: [{id: c, expr: a, expect: {out: "torch.Size([4096, 8192])"}}]
-        """), "c/c", "9", "input 'b' (line 7) takes the case's inputs to 67108864 elements"),
+            a: {expr: "ones(2048, 8192)"}
+            b: {expr: "ones(2048, 8192)"}
+            d: {expr: "ones(2048, 8192)"}
+          checks: [{id: c, expr: a, expect: {out: "torch.Size([2048, 8192])"}}]
+        """), "c/c", "9", "input 'd' (line 8): `ones(2048, 8192)` refused: would create 16777216 more elements, "
+                          "50331648 in all; the budget is 33554432"),
     "ansi_expr": (_case("- id: c\n  inputs: {a: [1.0]}\n  checks: [{id: c, expr: \"a\\e[2J\", expect: {out: [1.0]}}]\n"),
                   "c/invalid", "5:30", "\\x1b"),
 }

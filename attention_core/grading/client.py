@@ -379,7 +379,7 @@ class Submission:
         n_text = wire.HEADER.unpack_from(buf)[0]
         body = memoryview(buf)[wire.HEADER.size:need]
         try:
-            reply = wire.decode(bytes(body[:n_text]), body[n_text:])
+            reply = wire.decode(bytes(body[:n_text]), memoryview(body)[n_text:])
         except wire.WireError as e:
             return None, output, f"the submission's process sent a malformed reply: {e}"
         return reply, output, None

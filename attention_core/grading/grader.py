@@ -70,12 +70,17 @@ def submission_name(path):
 class RemoteFunctions:
     """The spec functions of a submission, each call made in the submission's process.
 
-    After a timeout a function is not called again: its later checks fail at once.
+    After a timeout a function is not called again: its later checks fail at once. With
+    ``gradients``, a call on small floating inputs also brings back the gradients the backward
+    check compares (one round trip for both), kept in ``last_grad``.
     """
 
-    def __init__(self, submission, timeout):
-        self.submission, self.timeout = submission, timeout
+    isolated = True  # the arguments are copied into another process: no need to copy them here
+
+    def __init__(self, submission, timeout, *, gradients=False):
+        self.submission, self.timeout, self.gradients = submission, timeout, gradients
         self.timed_out = set()
+        self.last_grad = None  # (name, outcome) of the latest call that brought gradients back
 
     def get(self, name, default=None):
         return self._function(name) if name in self.submission.names else default
@@ -84,7 +89,16 @@ class RemoteFunctions:
         def call(*args, **kwargs):
             if name in self.timed_out:
                 raise CallFailed(Status.TIMEOUT, f"`{name}` timed out earlier (not called again)")
-            outcome = self.submission.call(name, args, kwargs, timeout=self.timeout)
+            outcome = None
+            if self.gradients and _differentiable(args, kwargs):
+                outcome = self.submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
+                                                    timeout=self.timeout)
+                if outcome.status == client.RAISED:
+                    outcome = None  # it may raise under autograd only (.numpy()): its values still count
+                else:
+                    self.last_grad = (name, outcome)
+            if outcome is None:
+                outcome = self.submission.call(name, args, kwargs, timeout=self.timeout)
             return self.value(name, outcome)
         return call
 
@@ -155,7 +169,8 @@ class Grader:
             if submission is not None and submission.status != client.OK:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
                               "".join(submission.traceback)
-            functions = RemoteFunctions(submission, self.call_timeout) if submission is not None else None
+            functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0)
+                         if submission is not None else None)
             for item in self.items:
                 graded.grades += self._grade_item(item, submission, functions, graded.note)
         finally:
@@ -174,6 +189,7 @@ class Grader:
         if functions is None or submission.status != client.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
+            functions.last_grad = None
             result = runner.run(item, functions=functions, preparation=self.preparation)
         grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source)]
         backward = self._backward(item, submission, functions, result) if self.gradient_points > 0 else None
@@ -191,7 +207,9 @@ class Grader:
         if value_result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):
             return None  # the check itself cannot run: its value result says why
         name, args, kwargs = self.preparation.arguments(item, "cpu")
+        full = (args, kwargs)
         args, kwargs = _leading_slice(args), _leading_slice(kwargs)
+        sliced = args is not full[0] or kwargs is not full[1]
         if max((t.numel() for t in wire.tensors_in([args, kwargs]) if t.is_floating_point()), default=0) > \
                 GRADIENT_LIMIT:
             return None
@@ -208,7 +226,11 @@ class Grader:
             return result(Status.TIMEOUT, message=f"`{name}` timed out earlier (not called again)")
         if name not in submission.names:
             return result(Status.NOT_IMPLEMENTED, message=f"the implementation has no `{name}`")
-        outcome = submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED, timeout=self.call_timeout)
+        if functions.last_grad is not None and functions.last_grad[0] == name and not sliced:
+            outcome = functions.last_grad[1]  # brought back with the value
+        else:
+            outcome = submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
+                                           timeout=self.call_timeout)
         try:
             functions.value(name, outcome)
         except CallFailed as failed:
@@ -271,6 +293,12 @@ def _route_grads(name, args, kwargs, dtype):
     grads = torch.autograd.grad(loss, list(labelled.values()), allow_unused=True)
     return {label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
             for (label, t), g in zip(labelled.items(), grads)}
+
+
+def _differentiable(args, kwargs):
+    """Floating tensor inputs, none over GRADIENT_LIMIT elements: gradients come with the value."""
+    tensors = [t for t in wire.tensors_in([list(args), kwargs]) if t.is_floating_point()]
+    return bool(tensors) and max(t.numel() for t in tensors) <= GRADIENT_LIMIT
 
 
 def _leading_slice(value):

@@ -180,7 +180,7 @@ def receive(sock):
     body = read_exact(sock, n_text + n_blob)
     if body is None:
         return None
-    return decode(bytes(body[:n_text]), body[n_text:])
+    return decode(bytes(body[:n_text]), memoryview(body)[n_text:])
 
 
 def projection(outputs, seed):

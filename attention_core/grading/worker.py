@@ -80,7 +80,7 @@ def receive_request(ctl, wire):
     rest = wire.read_exact(ctl, wire.HEADER.size - len(data)) if len(data) < wire.HEADER.size else b""
     n_text, n_blob = wire.HEADER.unpack(bytes(data) + bytes(rest))
     body = wire.read_exact(ctl, n_text + n_blob)
-    return wire.decode(bytes(body[:n_text]), body[n_text:]), fds
+    return wire.decode(bytes(body[:n_text]), memoryview(body)[n_text:]), fds
 
 
 def reap(pid):

@@ -9,8 +9,13 @@ moved to the device.
 import torch
 
 from attention_core.harness import draws
+from attention_core.harness.expr import Budget
 from attention_core.harness.fields import MAX_CASE_ELEMENTS
 from attention_core.harness.model import DrawInput, ExprInput, LiteralInput, NumberInput, PrintedInput, TokenIdsInput
+
+
+class InputError(ValueError):
+    """An input that could not be made, named with its line."""
 
 
 class BudgetError(ValueError):
@@ -27,8 +32,12 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
     dtype = dtype or case.dtype
     generator = torch.Generator().manual_seed(case.seed) if case.seed is not None else None
     scope, total = {}, 0
+    budget = Budget(MAX_CASE_ELEMENTS)  # what the case's expressions create along the way, all together
     for name, item in case.inputs.items():
-        value = _make(item, scope, generator, case.dtype, device, dtype, perturb)
+        try:
+            value = _make(item, scope, generator, case.dtype, device, dtype, perturb, budget)
+        except Exception as err:
+            raise InputError(f"input {name!r} (line {item.line}): {err}") from err
         total += _elements(value)
         if total > MAX_CASE_ELEMENTS:
             raise BudgetError(f"input {name!r} (line {item.line}) takes the case's inputs to {total} elements; "
@@ -37,9 +46,9 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
     return scope
 
 
-def _make(item, scope, generator, case_dtype, device, dtype, perturb):
+def _make(item, scope, generator, case_dtype, device, dtype, perturb, budget):
     if isinstance(item, ExprInput):
-        return item.expr.evaluate(scope, device=device, dtype=dtype)
+        return item.expr.evaluate(scope, device=device, dtype=dtype, budget=budget)
     if isinstance(item, DrawInput):
         return draws.draw(item.draw, item.spec, generator, item.dtype or case_dtype)
     if isinstance(item, PrintedInput):

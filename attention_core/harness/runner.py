@@ -219,7 +219,8 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
                 raise _Stop(Status.CASE_ERROR, f"the arguments of `{expression.source}` could not be evaluated: "
                                                f"{_describe(err)}") from None
         name, args, kwargs = arguments
-        args, kwargs = [_copy(a) for a in args], {k: _copy(v) for k, v in kwargs.items()}
+        if not getattr(functions, "isolated", False):  # an in-process call may write into its inputs
+            args, kwargs = [_copy(a) for a in args], {k: _copy(v) for k, v in kwargs.items()}
         result = _call_implementation(functions, name, args, kwargs)
         _check_dtypes(result, check.returns, args, kwargs)
     else:
