@@ -63,6 +63,20 @@ def test_a_correct_call_returns_plain_tensors_with_the_right_values(submit):
     torch.testing.assert_close(outcome.value, torch.softmax(x, 1), rtol=0, atol=1e-15)
 
 
+def test_results_not_kept_come_back_as_their_shape_and_dtype_alone(submit):
+    s = submit("""
+        import torch
+        def attention(q, k, v, mask=None, scale=None):
+            weights = torch.softmax(q @ k.transpose(-2, -1), -1)
+            return weights @ v, weights
+    """)
+    q = torch.randn(2, 4, 3)
+    for call in (s.call, s.call_grad):
+        output, weights = call("attention", (q, q, q), keep=[0]).value
+        assert output.device.type == "cpu" and output.shape == (2, 4, 3)
+        assert weights.device.type == "meta" and weights.shape == (2, 4, 4) and weights.dtype == torch.float32
+
+
 def test_values_of_every_kind_cross_both_ways(submit):
     s = submit("def split_heads(x, n_heads):\n    return x, n_heads\n")
     args = ((torch.arange(6).reshape(2, 3), None, True, 2, 0.5, "s", [1.5, (2,)], torch.device("cpu"),

@@ -218,17 +218,21 @@ class Submission:
     def __exit__(self, *exc):
         self.close()
 
-    def call(self, name, args=(), kwargs=None, *, timeout=5.0):
-        """Call the submission's ``name(*args, **kwargs)`` in its process."""
-        return self._call(name, args, kwargs or {}, timeout, None)
+    def call(self, name, args=(), kwargs=None, *, timeout=5.0, keep=None):
+        """Call the submission's ``name(*args, **kwargs)`` in its process.
 
-    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0):
+        ``keep``: for a tuple result, the positions to send back in full; the others come back
+        as their dtype and shape alone (tensors on the ``meta`` device).
+        """
+        return self._call(name, args, kwargs or {}, timeout, None, keep)
+
+    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0, keep=None):
         """Call ``name`` with every floating tensor argument requiring grad; backpropagate a projection.
 
         The scalar is ``wire.projection(outputs, projection_seed)``; ``grads`` maps each floating
         tensor argument to its gradient, or None where none flowed to it.
         """
-        return self._call(name, args, kwargs or {}, timeout, int(projection_seed))
+        return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep)
 
     def close(self):
         """Kill the child's process group and collect it. Calls after this raise ValueError."""
@@ -238,7 +242,7 @@ class Submission:
 
     # ---- internals ----
 
-    def _call(self, name, args, kwargs, timeout, seed):
+    def _call(self, name, args, kwargs, timeout, seed, keep=None):
         if name not in spec.NAMES:
             raise ValueError(f"{name!r} is not a spec function: {', '.join(spec.NAMES)}")
         if self._closed:
@@ -263,7 +267,8 @@ class Submission:
                 return self._spent_outcome()
         start = time.monotonic()
         limit = min(timeout, self.budget_left)
-        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed}
+        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
+                   "keep": None if keep is None else [int(i) for i in keep]}
         reply, output, problem = self._exchange(wire.encode(request), limit - (time.monotonic() - start))
         outcome = self._outcome(reply, problem, limit)
         outcome.output = output.text()

@@ -89,6 +89,8 @@ def _agree(ours, theirs, item):
         a, b = ours[name], theirs[name]
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
             return False
+        if "meta" in (a.device.type, b.device.type):
+            continue  # a result the check does not read came back as its shape alone
         if not (a.is_floating_point() and b.is_floating_point()):
             if not torch.equal(a.cpu(), b.cpu()):
                 return False

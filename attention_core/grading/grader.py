@@ -81,6 +81,7 @@ class RemoteFunctions:
         self.submission, self.timeout, self.gradients = submission, timeout, gradients
         self.timed_out = set()
         self.last_grad = None  # (name, outcome) of the latest call that brought gradients back
+        self.keep = None  # the result positions the current check reads (the others: shapes only)
 
     def get(self, name, default=None):
         return self._function(name) if name in self.submission.names else default
@@ -92,13 +93,13 @@ class RemoteFunctions:
             outcome = None
             if self.gradients and _differentiable(args, kwargs):
                 outcome = self.submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
-                                                    timeout=self.timeout)
+                                                    timeout=self.timeout, keep=self.keep)
                 if outcome.status == client.RAISED:
                     outcome = None  # it may raise under autograd only (.numpy()): its values still count
                 else:
                     self.last_grad = (name, outcome)
             if outcome is None:
-                outcome = self.submission.call(name, args, kwargs, timeout=self.timeout)
+                outcome = self.submission.call(name, args, kwargs, timeout=self.timeout, keep=self.keep)
             return self.value(name, outcome)
         return call
 
@@ -189,7 +190,7 @@ class Grader:
         if functions is None or submission.status != client.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
-            functions.last_grad = None
+            functions.last_grad, functions.keep = None, _read_results(item.check)
             result = runner.run(item, functions=functions, preparation=self.preparation)
         grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source)]
         backward = self._backward(item, submission, functions, result) if self.gradient_points > 0 else None
@@ -293,6 +294,14 @@ def _route_grads(name, args, kwargs, dtype):
     grads = torch.autograd.grad(loss, list(labelled.values()), allow_unused=True)
     return {label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
             for (label, t), g in zip(labelled.items(), grads)}
+
+
+def _read_results(check):
+    """The positions of the results a check's expectations read (by name or in an expression)."""
+    read = set()
+    for expectation in check.expectations:
+        read |= {expectation.target} | set(expectation.expr.names)
+    return [i for i, name in enumerate(check.returns) if name in read]
 
 
 def _differentiable(args, kwargs):

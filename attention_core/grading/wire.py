@@ -57,6 +57,13 @@ def plain_tensor(t):
     return t.detach().cpu().resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
 
 
+class ShapeOnly:
+    """A tensor sent as its dtype and shape alone (a result no expectation reads); arrives on ``meta``."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
 def encode(value):
     """``value`` -> one message's bytes."""
     blob = []
@@ -83,6 +90,9 @@ def encode(value):
             return {"dtype": str(v).removeprefix("torch.")}
         if isinstance(v, Opaque):
             return {"opaque": v.type_name}
+        if isinstance(v, ShapeOnly):
+            t = torch.Tensor.as_subclass(v.tensor, torch.Tensor)
+            return {"shape_only": [str(t.dtype).removeprefix("torch."), list(t.shape)]}
         return {"opaque": type(v).__qualname__}
 
     def tensor(t):
@@ -127,6 +137,9 @@ def decode(text, blob):
             return torch.device(body)
         if tag == "dtype" and body in DTYPES:
             return DTYPES[body]
+        if tag == "shape_only" and isinstance(body, list) and len(body) == 2:
+            name, shape = _checked(*body)
+            return torch.empty(shape, dtype=DTYPES[name], device="meta")
         if tag == "opaque" and isinstance(body, str):
             return Opaque(body[:200])
         raise WireError(f"unknown value in a message: {str(v)[:80]}")
@@ -135,11 +148,7 @@ def decode(text, blob):
         if not (isinstance(body, list) and len(body) == 4):
             raise WireError("a tensor is [dtype, shape, offset, nbytes]")
         name, shape, offset, nbytes = body
-        if name not in DTYPES:
-            raise WireError(f"dtype not allowed on the wire: {str(name)[:40]}")
-        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
-                and all(type(n) is int and n >= 0 for n in shape)):
-            raise WireError(f"bad tensor shape: {str(shape)[:80]}")
+        _checked(name, shape)
         dtype = DTYPES[name]
         numel = 1
         for n in shape:
@@ -156,6 +165,14 @@ def decode(text, blob):
         return walk(tree)
     except RecursionError:
         raise WireError("a message nests too deeply") from None
+
+
+def _checked(name, shape):
+    if name not in DTYPES:
+        raise WireError(f"dtype not allowed on the wire: {str(name)[:40]}")
+    if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(n) is int and n >= 0 for n in shape)):
+        raise WireError(f"bad tensor shape: {str(shape)[:80]}")
+    return name, shape
 
 
 def read_exact(sock, n):
