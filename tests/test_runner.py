@@ -1,6 +1,10 @@
 """One check → one Result: the status says whose problem it is, and a grade lands on the function called."""
 
+import subprocess
+import sys
+
 import pytest
+import torch
 
 from attention_core import reference, spec
 from attention_core.cli import main
@@ -100,3 +104,30 @@ def test_a_bug_of_the_harness_is_a_harness_error_and_the_cli_exits_2(monkeypatch
     assert "HARNESS ERROR" in out and "Traceback" not in out
     assert main(["--device", "cpu", "-v"]) == 2
     assert "Traceback (most recent call last)" in capsys.readouterr().out
+
+
+def test_a_report_names_the_dtype_and_prints_close_numbers_in_full():
+    item = next(i for i in GRADED if i.id == "001_self_attention/four_by_four/softmax")
+    assert runner.run(item, functions={"softmax": lambda x, dim=-1: x}).header.endswith("on cpu, float32")
+    report = compare.compare_full(torch.tensor([2360065.0], dtype=torch.float64),
+                                  torch.tensor([2360064.0], dtype=torch.float64)).message
+    assert "2360064" in report and "2360065" in report
+
+
+def test_the_cli_shows_each_failure_in_full_without_v_and_lists_only_errata_that_held(tmp_path, capsys):
+    (tmp_path / "e.yaml").write_text(
+        "document: {title: E}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n    checks:\n"
+        "      - id: wrong\n        call: softmax(x)\n        erratum: a note\n        expect: {out: [0.5, 0.5]}\n"
+        "      - id: held\n        call: softmax(x)\n        erratum: another note\n"
+        "        expect: {out: [0.2689414, 0.7310586]}\n", encoding="utf-8")
+    assert main(["--cases", str(tmp_path), "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert "Values are not close!" in out  # the report itself, not only its header line
+    errata = out.split("errata:", 1)[1].split("\n\n", 1)[0]
+    assert "e/c/held" in errata and "e/c/wrong" not in errata
+
+
+def test_the_command_line_prints_no_numpy_warning():
+    done = subprocess.run([sys.executable, "-m", "attention_core", "template"], capture_output=True, text=True,
+                          check=True)
+    assert "NumPy" not in done.stderr and "def softmax" in done.stdout
