@@ -10,6 +10,8 @@ import csv
 import inspect
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from attention_core import reference, spec
 from attention_core.cli import main
 from attention_core.grading import mutants
 from attention_core.grading.template import template
+from attention_core.harness import runner
 
 pytestmark = pytest.mark.grading
 
@@ -167,3 +170,27 @@ def test_the_template_declares_every_graded_function():
         assert str(inspect.signature(namespace[function.name])) == str(inspect.signature(getattr(reference,
                                                                                                  function.name)))
         assert namespace[function.name].__doc__
+
+
+def _pytest(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_pytest_impl_checks_a_submission_and_records_points(tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(REFERENCE + "\n\ndef layer_norm(x, eps=1e-5):\n    return x\n", encoding="utf-8")
+    report = tmp_path / "junit.xml"
+    done = _pytest("-m", "case", "-q", f"--impl={wrong}", f"--junitxml={report}", cwd=TESTS.parent)
+    assert done.returncode == 1, done.stdout[-2000:]
+    failed = re.findall(r"FAILED \S+\[(\S+)-cpu\]", done.stdout)
+    assert failed and all("layer_norm" in check for check in failed), failed
+    xml = report.read_text(encoding="utf-8")
+    graded = [i for i in runner.collect(runner.default_cases_folder()) if i.error is None and i.check.kind == "call"]
+    assert xml.count('name="max_points" value="1.0"') == len(graded)  # expr checks are worth 0
+    assert 'name="points" value="0.0"' in xml and 'name="points" value="1.0"' in xml
+
+
+def test_pytest_refuses_to_update_snapshots_from_a_submission(tmp_path):
+    done = _pytest("-m", "case", f"--impl={tmp_path}", "--snapshot-update", cwd=TESTS.parent)
+    assert done.returncode != 0 and "refusing to rewrite them" in done.stderr
