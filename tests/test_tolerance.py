@@ -179,3 +179,11 @@ def test_an_element_the_reference_got_exact_still_allows_one_rounding_at_the_ten
     allowed = tolerance.printed_allowance(printed, torch.float32, noise=0.0)
     assert float(allowed[0]) >= F32_EPS * 1.0  # a cancellation to 0 may come out as ±1 ulp of 1.0 elsewhere
     assert float(allowed[0]) < 2 * F32_EPS
+
+
+def test_the_relative_difference_is_reported_against_non_zero_expected_values_only():
+    expected = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    only_zero = compare.compare_full(torch.tensor([0.5, 1.0]), expected).message
+    assert "Greatest relative difference: none (every mismatched element expects 0" in only_zero
+    both = compare.compare_full(torch.tensor([0.5, 2.0]), expected).message
+    assert "Greatest relative difference: 1 at index (1,)" in both

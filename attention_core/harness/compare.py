@@ -158,16 +158,19 @@ def compare_values(actual, expected, allowed, index):
 def _values_report(actual, expected, diff, allowed, bad, index):
     n_bad, n = int(bad.sum()), diff.numel()
     abs_at = int(torch.where(bad, diff, torch.full_like(diff, -1.0)).argmax())
-    rel = diff / expected.abs()
-    rel = torch.where(bad, torch.nan_to_num(rel, nan=math.inf), torch.full_like(rel, -1.0))
+    # Relative to a non-zero expected value only: against 0 every difference is infinitely large.
+    nonzero = bad & (expected != 0) & torch.isfinite(expected)
+    rel = torch.where(nonzero, diff / expected.abs().clamp(min=1e-300), torch.full_like(diff, -1.0))
     rel_at = int(rel.argmax())
+    relative = (f"Greatest relative difference: {_num(rel[rel_at])} at index {_idx(index[rel_at])}"
+                f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)" if nonzero.any() else
+                "Greatest relative difference: none (every mismatched element expects 0 or a non-finite value)")
     lines = [
         "Values are not close!",
         f"Mismatched elements: {n_bad} / {n} ({100.0 * n_bad / n:.1f}%)",
         f"Greatest absolute difference: {_num(diff[abs_at])} at index {_idx(index[abs_at])}"
         f" (up to {_num(allowed[abs_at])} allowed)",
-        f"Greatest relative difference: {_num(rel[rel_at])} at index {_idx(index[rel_at])}"
-        f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)",
+        relative,
         "Worst elements, by difference over allowance:",
         f"  {'index':<14}{'expected':>15}{'actual':>15}{'|diff|':>12}{'allowed':>12}",
     ]
