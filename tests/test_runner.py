@@ -131,3 +131,30 @@ def test_the_command_line_prints_no_numpy_warning():
     done = subprocess.run([sys.executable, "-m", "attention_core", "template"], capture_output=True, text=True,
                           check=True)
     assert "NumPy" not in done.stderr and "def softmax" in done.stdout
+
+
+def _one_file(folder, checks):
+    (folder / "f.yaml").write_text("document: {title: F}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n"
+                                   "    checks:\n" + checks, encoding="utf-8")
+    return runner.collect(folder)
+
+
+@pytest.mark.parametrize(("returns", "message"), [
+    ("[a, b]", "softmax returns 1 value (out): 'returns' must name 1, not 2"),
+    ("[o, o]", "'returns' names a result twice: o, o"),
+])
+def test_returns_that_cannot_match_the_spec_are_a_load_error(tmp_path, returns, message):
+    items = _one_file(tmp_path, f"      - id: k\n        call: softmax(x)\n        returns: {returns}\n"
+                                "        expect: {out: [0.5, 0.5]}\n")
+    assert [i.error is not None for i in items] == [True] and message in items[0].error.message
+
+
+@pytest.mark.parametrize("check", [
+    "      - id: k\n        expr: x\n        expect: {\"x[5]\": 1.0}\n",  # a target the document's arithmetic cannot take
+    "      - id: k\n        call: softmax(x)\n        erratum: {note: n, differs: \"softmax(x, dim=7)\"}\n"
+    "        expect: {out: [0.2689414, 0.7310586]}\n",  # a 'differs' that raises
+])
+def test_a_mistake_of_the_case_file_is_a_case_error_never_a_failed_check(tmp_path, check):
+    item, = _one_file(tmp_path, check)
+    for functions in (None, {"softmax": reference.softmax}):
+        assert runner.run(item, functions=functions).status is Status.CASE_ERROR

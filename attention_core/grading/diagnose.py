@@ -49,8 +49,7 @@ class Diagnoser:
             theirs = self._mutant_result(item, mutant)
             if theirs.passed:
                 continue  # right on this check: it explains nothing here
-            raised = (Status.IMPLEMENTATION_ERROR, Status.TIMEOUT)
-            if result.status in raised and theirs.status in raised:
+            if _raised(result) and _raised(theirs):  # fails the way the mutant fails: it raises here
                 found.append(mutant)
             elif result.status is Status.FAILED and theirs.status is Status.FAILED and \
                     _agree(result.outputs, theirs.outputs, item):
@@ -77,6 +76,15 @@ class Diagnoser:
                  or (m.breaks == "gradient" and any("no gradient reaches" in f.mismatch.message
                                                     for f in result.failures))]
         return "\n".join(lines)
+
+
+def _raised(result):
+    """Whether the implementation ran and raised (not a crash, a hang or a failed import)."""
+    return result.status is Status.IMPLEMENTATION_ERROR and result.message.startswith(f"`{_called(result)}` raised")
+
+
+def _called(result):
+    return result.message[1:].split("`", 1)[0] if result.message.startswith("`") else ""
 
 
 def _agree(ours, theirs, item):

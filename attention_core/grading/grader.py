@@ -105,7 +105,7 @@ class RemoteFunctions:
 
     def value(self, name, outcome):
         """The outcome's value, or the CallFailed that says why there is none."""
-        details = "".join(outcome.traceback) + (f"\noutput:\n{outcome.output}" if outcome.output else "")
+        details = "\n".join(outcome.traceback) + (f"\noutput:\n{outcome.output}" if outcome.output else "")
         if outcome.status == client.OK:
             return outcome.value
         if outcome.status == client.TIMEOUT:
@@ -169,7 +169,7 @@ class Grader:
         try:
             if submission is not None and submission.status != client.OK:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
-                              "".join(submission.traceback)
+                              "\n".join(submission.traceback)
             functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0)
                          if submission is not None else None)
             for item in self.items:

@@ -164,8 +164,8 @@ def _run(item, functions, device, header, preparation):
     failures += _failures(item, values, device, preparation.oracles(item))
     if check.erratum is not None and not failures:
         stale = _stale_erratum(item, scope, device)
-        if stale:
-            failures.append(stale)
+        if stale:  # the erratum note is the case file's: its problem is a case error
+            raise _Stop(Status.CASE_ERROR, stale.render())
     status = Status.FAILED if failures else Status.PASSED
     return Result(status, item.id, item.location, header, tuple(failures), outputs=values)
 
@@ -183,6 +183,8 @@ def _graded_call(check, expression, scope, functions, device, dtype, failures, a
     try:
         result = _call(check, expression, scope, functions, device, dtype, arguments)
     except _WrongResult as wrong:
+        if not isinstance(check, CallCheck):  # the document's own arithmetic: the case file is wrong
+            raise _Stop(Status.CASE_ERROR, str(wrong)) from None
         failures.append(Failure(", ".join(check.returns), check.line, compare.Mismatch(wrong.stage, str(wrong))))
         return {}
     return result
@@ -294,6 +296,9 @@ def _targets(check, scope, outputs, device, dtype, failures=None):
         except ExprError as err:
             if failures is None:
                 raise
+            if not isinstance(check, CallCheck):  # no implementation involved: the case file is wrong
+                raise _Stop(Status.CASE_ERROR, f"line {expectation.line}: the target `{expectation.target}` "
+                                               f"could not be evaluated: {err}") from None
             failures.append(Failure(expectation.target, expectation.line,
                                     compare.Mismatch("type", f"could not be evaluated on the result: {err}")))
     return values

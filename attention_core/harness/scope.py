@@ -84,6 +84,13 @@ def elements(item):
 def _check(check, at, inputs, case_source, case_points, case_visibility):
     graded = isinstance(check, CallCheck)
     returns = check.returns or (spec.FUNCTIONS[check.function].returns if graded else ("out",))
+    if len(set(returns)) != len(returns):
+        raise Misplaced((*at, "returns"), f"'returns' names a result twice: {', '.join(returns)}")
+    if graded and len(returns) != len(spec.FUNCTIONS[check.function].returns):
+        wanted = spec.FUNCTIONS[check.function].returns
+        raise Misplaced((*at, "returns"), f"{check.function} returns {len(wanted)} "
+                                          f"value{'s' if len(wanted) > 1 else ''} ({', '.join(wanted)}): "
+                                          f"'returns' must name {len(wanted)}, not {len(returns)}")
     clash = [n for n in returns if n in inputs]
     if clash:
         raise Misplaced((*at, "returns"), f"'returns' name {quote(clash[0])} is already an input's name")
