@@ -95,7 +95,7 @@ def check_command(folder, devices, verbose=False, out=None):
     if not items:
         print(f"no case files in {folder}", file=out)
         return 1
-    rows, problems, errata = {}, [], []
+    rows, errata, shown = {}, [], Shown()
     for item in items:
         title = item.file.document.title if item.file.document else ""
         row = rows.setdefault(item.file.name, {"title": title, **dict.fromkeys(COLUMNS, 0)})
@@ -106,7 +106,7 @@ def check_command(folder, devices, verbose=False, out=None):
             result = runner.run(item, device=device or "cpu")
             row[_COLUMN[result.status]] += 1
             if not result.passed:
-                problems.append(result)
+                shown.add(result, verbose)  # rendered now: a result's tensors are not kept
             elif item.check.erratum is not None and item not in errata:
                 errata.append(item)
     _print_table(rows, out)
@@ -118,13 +118,40 @@ def check_command(folder, devices, verbose=False, out=None):
         for item in errata:
             note = f": {escape(item.check.erratum.note)}" if verbose else ""
             print(f"  {escape(item.id)} ({item.location}){note}", file=out)
-    for result in problems:
-        print(f"\n{str(result.status).upper()} {render(result, traceback=verbose)}", file=out)
-    if problems:
-        print("\n" + "\n".join(one_line(r) for r in problems), file=out)
-    if any(r.status is Status.HARNESS_ERROR for r in problems):
+    shown.print(out)
+    if shown.harness_error:
         return 2
-    return 1 if problems else 0
+    return 1 if shown.count else 0
+
+
+class Shown:
+    """The problems a run prints, bounded: the first MAX_REPORTS in full, then one line each up to MAX_LINES."""
+
+    MAX_REPORTS, MAX_REPORT_CHARS, MAX_LINES = 20, 6000, 200
+
+    def __init__(self):
+        self.reports, self.lines, self.count, self.harness_error = [], [], 0, False
+
+    def add(self, result, verbose):
+        self.count += 1
+        self.harness_error |= result.status is Status.HARNESS_ERROR
+        if len(self.reports) < self.MAX_REPORTS:
+            text = f"{str(result.status).upper()} {render(result, traceback=verbose)}"
+            if len(text) > self.MAX_REPORT_CHARS:
+                text = text[:self.MAX_REPORT_CHARS] + f"\n… ({len(text) - self.MAX_REPORT_CHARS} more characters)"
+            self.reports.append(text)
+        if len(self.lines) < self.MAX_LINES:
+            self.lines.append(one_line(result))
+
+    def print(self, out):
+        for text in self.reports:
+            print("\n" + text, file=out)
+        if self.count > len(self.reports):
+            print(f"\n({self.count - len(self.reports)} more problems, one line each below)", file=out)
+        if self.lines:
+            print("\n" + "\n".join(self.lines), file=out)
+        if self.count > len(self.lines):
+            print(f"… and {self.count - len(self.lines)} more", file=out)
 
 
 # The table's columns: the first three stay as they are; later ones are added after them.

@@ -162,3 +162,44 @@ def test_a_hostile_file_fails_alone_at_its_line_with_a_short_message(checked, na
     assert words in report
     assert size < 2000 and "\x1b" not in report
     assert [i for i in found if i.split("/")[0] == name] == [f"{name}/{item}"]
+
+
+# Files whose every part is small but whose whole would take the run past its limits.
+_FLOOD = "".join(f"        \"x + {i}\": [0.0]\n" for i in range(2000))
+LARGE = {
+    "deep_flow": ("document: {title: T}\ncases: " + "[" * 30000 + "]" * 30000 + "\n", "invalid", "2:107",
+                  "the YAML nests deeper than 100 levels"),
+    "deep_block": ("document: {title: T}\ncases:\n" + "- " * 30000 + "x\n", "invalid", "3:199",
+                   "the YAML nests deeper than 100 levels"),
+    "many_targets": (_case("- id: c\n  dtype: float64\n  inputs: {a: {expr: \"ones(4096, 4096)\"}}\n"
+                           "  checks:\n    - id: k\n      expr: a\n      expect:\n"
+                           + "".join(f"        \"a + {i}\": 1.0\n" for i in range(40))), "c/k", "7",
+                     "the budget is 33554432"),
+    "flood": (_case("- id: c\n  inputs: {x: [1.0]}\n  checks:\n    - id: k\n      expr: x\n      expect:\n" + _FLOOD),
+              "c/k", "6", "… and 1990 more expectations not met"),
+}
+
+
+@pytest.fixture(scope="module")
+def checked_large(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("large")
+    (folder / "a_good.yaml").write_text(GOOD, encoding="utf-8")
+    for name, (text, *_) in LARGE.items():
+        (folder / f"{name}.yaml").write_text(text, encoding="utf-8")
+    report = folder.parent / "report.json"
+    run = subprocess.run([sys.executable, "-c", _PROBE.format(limit=LIMIT_BYTES), str(folder), str(report)],
+                         capture_output=True, timeout=300, cwd=folder.parent,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return run, json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+
+
+@pytest.mark.parametrize("name", LARGE)
+def test_a_file_too_deep_too_large_or_too_loud_stays_within_the_limits(checked_large, name):
+    run, found = checked_large
+    assert found, run.stderr.decode()[-3000:]
+    assert run.returncode == 1 and "Traceback" not in run.stdout.decode() + run.stderr.decode()
+    assert len(run.stdout) < MAX_OUTPUT
+    assert found["a_good/good/double"][0]
+    _, item, where, words = LARGE[name]
+    passed, report, _ = found[f"{name}/{item}"]
+    assert not passed and f"{name}.yaml:{where}" in report.split("\n")[0] and words in report, report[:600]

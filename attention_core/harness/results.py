@@ -21,6 +21,9 @@ import torch
 from attention_core.harness.text import escape_lines
 
 
+MAX_FAILURES = 10  # expectations a report shows in full
+
+
 class Status(enum.Enum):
     PASSED = "passed"
     FAILED = "failed"
@@ -103,7 +106,9 @@ def render(result, *, traceback=False):
         return f"{result.location}: {result.check_id}: passed"
     if not result.header:  # a case that did not load: file:line: what to fix
         return escape_lines(f"{result.location}: {result.message}")
-    body = [failure.render() for failure in result.failures]
+    body = [failure.render() for failure in result.failures[:MAX_FAILURES]]
+    if len(result.failures) > MAX_FAILURES:
+        body.append(f"… and {len(result.failures) - MAX_FAILURES} more expectations not met")
     if result.message:
         body.insert(0, f"{result.status}: {result.message}")
     if result.details and (traceback or result.status is not Status.HARNESS_ERROR):

@@ -17,7 +17,8 @@ import torch
 from attention_core import reference, spec
 from attention_core.harness import compare, tolerance
 from attention_core.harness.cases import load_folder
-from attention_core.harness.expr import ExprError
+from attention_core.harness.expr import Budget, ExprError
+from attention_core.harness.fields import MAX_CASE_ELEMENTS
 from attention_core.harness.inputs import has_rounded_inputs, materialise
 from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
                                           ValuesExpectation)
@@ -286,13 +287,14 @@ def _targets(check, scope, outputs, device, dtype, failures=None):
     """
     names = {**scope, **outputs}
     values = dict(outputs)
+    budget = Budget(MAX_CASE_ELEMENTS)  # all the check's targets together, however many it has
     for expectation in check.expectations:
         if expectation.target in values:
             continue
         if failures is not None and not set(expectation.expr.names) <= set(names):
             continue  # an output the call did not return: already a failure
         try:
-            values[expectation.target] = expectation.expr.evaluate(names, device=device, dtype=dtype)
+            values[expectation.target] = expectation.expr.evaluate(names, device=device, dtype=dtype, budget=budget)
         except ExprError as err:
             if failures is None:
                 raise

@@ -138,6 +138,9 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _constr
 _Loader.add_constructor(None, _unknown_tag)
 
 
+MAX_DEPTH = 100  # levels of nested lists and mappings; a case file needs a handful
+
+
 def read(path, shown):
     """The YAML of the file ``path`` as Map, Seq and scalars; raises :class:`CaseError` at ``shown``."""
     try:
@@ -164,6 +167,7 @@ def parse(text):
     loader = _Loader(text)
     loader.text_lines = ("", *text.split("\n"))  # 1-based
     try:
+        _check_depth(text)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -180,6 +184,23 @@ def parse(text):
         raise CaseError(None, 1, "the file could not be read: nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def _check_depth(text):
+    """Refuse nesting deeper than MAX_DEPTH before composing (libyaml's composer recurses without a limit)."""
+    scanner, depth = _Loader(text), 0
+    try:
+        while scanner.check_event():
+            event = scanner.get_event()
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise CaseError(None, event.start_mark.line + 1, f"the YAML nests deeper than {MAX_DEPTH} levels",
+                                    column=event.start_mark.column + 1)
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    finally:
+        scanner.dispose()
 
 
 def _check_size(root):
