@@ -158,3 +158,15 @@ def test_a_mistake_of_the_case_file_is_a_case_error_never_a_failed_check(tmp_pat
     item, = _one_file(tmp_path, check)
     for functions in (None, {"softmax": reference.softmax}):
         assert runner.run(item, functions=functions).status is Status.CASE_ERROR
+
+
+def test_an_expectation_key_that_is_not_text_is_refused_at_its_line(tmp_path):
+    item, = _one_file(tmp_path, "      - id: k\n        expr: x\n        expect: {1.5: 1, out: [1.0, 2.0]}\n")
+    assert item.error is not None and item.location.endswith("f.yaml:8:17")
+    assert "an expectation target must be an output's name or an expression, as text" in item.error.message
+
+
+def test_a_number_too_large_for_a_tensor_is_a_failed_check_not_a_harness_error(tmp_path):
+    item, = _one_file(tmp_path, "      - id: k\n        expr: \"2**63\"\n        expect: {out: 1}\n")
+    result = runner.run(item)
+    assert result.status is Status.FAILED and "does not fit in a 64-bit tensor" in result.report

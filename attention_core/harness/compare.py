@@ -66,7 +66,10 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
     Python number or bool result is compared as a 0-d tensor.
     """
     if isinstance(actual, (bool, int, float)):
-        actual = torch.tensor(actual)
+        try:
+            actual = torch.tensor(actual)
+        except (OverflowError, RuntimeError, ValueError):  # an integer past 64 bits
+            return Mismatch("type", f"the number {str(actual)[:60]} does not fit in a 64-bit tensor")
         device = None
     if expected.ndim == 0 and isinstance(actual, torch.Tensor):
         expected = expected.expand(actual.shape)

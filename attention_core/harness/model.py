@@ -25,6 +25,7 @@ from attention_core.harness.fields import (NUMBERS_SCHEMA, SPEC_FUNCTIONS, VISIB
                                            spec_function)
 from attention_core.harness.node import Node, ShortForms, union
 from attention_core.harness.tensor_text import looks_like_size
+from attention_core.harness.text import shorten
 
 Visibility = Literal[VISIBILITIES]
 
@@ -318,6 +319,14 @@ def _names(value):
     return [value] if isinstance(value, str) else value
 
 
+def _target_text(key):
+    """An expectation's target is text: an output's name or an expression (a YAML number or null is not)."""
+    if not isinstance(key, str):
+        raise FieldError(f"an expectation target must be an output's name or an expression, as text; "
+                         f"got {shorten(key)} (quote it if it is an expression)")
+    return key
+
+
 class _Check(Node):
     """One computation and the expectations on its results."""
 
@@ -326,7 +335,7 @@ class _Check(Node):
     source: SourceField | None = None
     returns: Annotated[tuple[Name, ...], BeforeValidator(_names), Field(min_length=1),
                        ShortForms({"type": "string"})] | None = None
-    expect: Annotated[dict[Annotated[str, BeforeValidator(str)], Expectation], BeforeValidator(_expect)]
+    expect: Annotated[dict[Annotated[str, BeforeValidator(_target_text)], Expectation], BeforeValidator(_expect)]
     erratum: Annotated[Erratum, BeforeValidator(_note), ShortForms({"type": "string"})] | None = None
     note: str | None = None
     points: NonNegative | None = None
