@@ -293,7 +293,7 @@ def test_an_unreadable_file_or_a_folder_named_yaml_fails_alone(tmp_path):
     assert sorted(outcome) == ["a_good/good/double", "b_bytes/invalid", "c_deep/invalid"]
     assert outcome["a_good/good/double"].passed
     assert "b_bytes.yaml:1:19: the file is not UTF-8 text: byte 0xff" in outcome["b_bytes/invalid"].report
-    assert "c_deep.yaml:1: the file could not be read: nested too deeply" in outcome["c_deep/invalid"].report
+    assert "c_deep.yaml:1:103: the YAML nests deeper than 100 levels" in outcome["c_deep/invalid"].report
 
 
 def test_a_list_ragged_below_its_first_row_is_refused_without_walking_an_alias_nest(tmp_path):
