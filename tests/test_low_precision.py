@@ -11,10 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from attention_core.harness import runner, torch_route
-
-K = 2
-
+from attention_core.harness import runner, tolerance, torch_route
 
 def _call(item, scope, functions, device, dtype):
     outputs = runner._call(item.check, item.check.expr, scope, functions, device, dtype)
@@ -59,12 +56,12 @@ def test_low_precision_matches_float64_golden(graded_check, low_dtype, device):
             assert torch.equal(ours[name].cpu(), expected), name
             continue
         assert ours[name].dtype == low_dtype, f"{name}: computed in {ours[name].dtype}"
-        finite = expected[torch.isfinite(expected)]
-        floor = torch.finfo(low_dtype).eps * (float(finite.abs().max()) if finite.numel() else 0.0)
-        allowed = K * _max_error(plain[name], expected) + floor
+        plain_error = _max_error(plain[name], expected)
+        allowed = tolerance.low_precision_allowance(plain_error, expected, low_dtype)
         error = _max_error(ours[name], expected)
         assert error <= allowed, (f"{graded_check.id} {name} in {low_dtype}: error {error:.3g} against the float64 "
-                                  f"golden exceeds {K} x plain torch's {allowed - floor:.3g} / {K} + floor {floor:.3g}")
+                                  f"golden exceeds {allowed:.3g} ({tolerance.LOW_PRECISION_K} x plain torch's "
+                                  f"{plain_error:.3g} + one ulp)")
 
 
 def test_the_bound_catches_a_real_mistake_in_low_precision():
@@ -75,5 +72,5 @@ def test_the_bound_catches_a_real_mistake_in_low_precision():
     plain = _call(item, scope, torch_route.FUNCTIONS, "cpu", torch.bfloat16)["out"]
     wrong = _call(item, scope, {**runner.REFERENCE, "softmax": lambda x, dim=-1: torch.softmax(x, dim=0)}, "cpu",
                   torch.bfloat16)["out"]
-    floor = torch.finfo(torch.bfloat16).eps * float(golden.abs().max())
-    assert _max_error(wrong, golden) > K * _max_error(plain, golden) + floor
+    assert _max_error(wrong, golden) > tolerance.low_precision_allowance(_max_error(plain, golden), golden,
+                                                                         torch.bfloat16)

@@ -15,11 +15,6 @@ from attention_core.grading import mutants
 from attention_core.harness import runner, tolerance
 from attention_core.harness.results import Status
 
-# Student and mutant outputs are computed in different processes and orders: agreement allows
-# this many times the per-dtype default tolerance.
-AGREEMENT = 10
-
-
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
 
@@ -92,7 +87,7 @@ def _agree(ours, theirs, item):
     names = [n for n in item.check.returns if n in ours and n in theirs]
     if not names:
         return False
-    rtol, atol = tolerance.default_tolerance(item.case.dtype)
+    rtol, atol = tolerance.agreement_tolerance(item.case.dtype)
     for name in names:
         a, b = ours[name], theirs[name]
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
@@ -103,7 +98,7 @@ def _agree(ours, theirs, item):
             if not torch.equal(a.cpu(), b.cpu()):
                 return False
             continue
-        if not _close(a.double(), b.detach().double(), AGREEMENT * rtol, AGREEMENT * atol):
+        if not _close(a.double(), b.detach().double(), rtol, atol):
             return False
     return True
 

@@ -253,9 +253,8 @@ class Grader:
                     "gradient", f"no gradient reaches {_label(label, name)}: the computation leaves autograd "
                                 f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`)")))
                 continue
-            rtol, atol = tolerance.default_tolerance(item.case.dtype)
-            mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol + tolerance.MEASURED_K * self._noise(
-                item, label))
+            rtol, atol = tolerance.gradient_tolerance(item.case.dtype, self._noise(item, label))
+            mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
             if mismatch is not None:
                 failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
         return result(Status.FAILED if failures else Status.PASSED, failures)

@@ -332,12 +332,8 @@ def _compare(expectation, actual, device, noise=None, spread=None, oracle=None, 
         return compare.compare_full(actual, expectation.values, rtol=expectation.rtol, atol=expectation.atol,
                                     device=device)
     printed = expectation.printed
-    extra = None
-    if expectation.rtol is not None:
-        extra = expectation.atol + expectation.rtol * printed.values.abs()
-    if spread is not None and isinstance(actual, torch.Tensor) and spread.shape == actual.shape:
-        gathered = spread[tuple(printed.index.T)] if printed.ndim else spread.reshape(1)
-        extra = gathered if extra is None else extra + gathered
+    extra = tolerance.printed_extra(printed, rtol=expectation.rtol, atol=expectation.atol, spread=spread,
+                                    shape=actual.shape if isinstance(actual, torch.Tensor) else None)
     if not (isinstance(actual, torch.Tensor) and actual.dtype == dtype):
         noise = None  # measured in the case's dtype: another dtype falls back to the general floor
     return compare.compare_printed(actual, printed, extra=extra, noise=noise, device=device)

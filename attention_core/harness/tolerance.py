@@ -60,6 +60,37 @@ def full_allowance(expected, dtype, rtol=None, atol=None):
     return atol + rtol * expected.abs()
 
 
+def printed_extra(printed, *, rtol=None, atol=None, spread=None, shape=None):
+    """What a printed expectation allows beyond its digits and noise: a case's ``atol + rtol·|printed|``
+    and the propagated rounding of printed inputs (``spread``, measured at the value's ``shape``), per
+    shown element; None when neither applies."""
+    extra = None
+    if rtol is not None:
+        extra = atol + rtol * printed.values.abs()
+    if spread is not None and shape is not None and spread.shape == shape:
+        gathered = spread[tuple(printed.index.T)] if printed.ndim else spread.reshape(1)
+        extra = gathered if extra is None else extra + gathered
+    return extra
+
+
+def gradient_tolerance(dtype, noise):
+    """(rtol, atol) for a gradient against the float64 route: the dtype's default, widened by
+    MEASURED_K times the route's own rounding of that gradient in ``dtype``."""
+    rtol, atol = default_tolerance(dtype)
+    return rtol, atol + MEASURED_K * noise
+
+
+# A student's output and a known mistake's, computed in different processes and orders, agree
+# when within this many times the per-dtype default tolerance (grading's diagnosis).
+AGREEMENT = 10
+
+
+def agreement_tolerance(dtype):
+    """(rtol, atol) within which two implementations' outputs count as the same answer."""
+    rtol, atol = default_tolerance(dtype)
+    return AGREEMENT * rtol, AGREEMENT * atol
+
+
 def noise_floor(dtype, expected):
     """``NOISE_K * eps(dtype) * max|expected|`` over the finite expected values."""
     if not dtype.is_floating_point:
