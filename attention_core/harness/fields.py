@@ -7,6 +7,7 @@ inside the field's text where one is known; the loader turns it into the file's 
 """
 
 import ast
+import functools
 import math
 import re
 from typing import Annotated
@@ -128,13 +129,19 @@ def parse_printed(text, *, partial=False, complete=False):
     if not isinstance(text, str):
         raise FieldError(f"expected torch's printed text, got {quote(text)}")
     try:
-        printed = parse_tensor(text, partial=partial)
+        printed = _parsed(text, partial)
     except TensorTextError as err:
         lead = len(text) - len(text.lstrip("\n"))  # blank lines before the text
         raise FieldError(quote(err.message, 200)[1:-1], line=max(err.line - lead, 1), column=err.column) from None
     if complete and (printed.elided or printed.partial):
         raise FieldError("an input must be printed in full: this text is elided or cut off")
     return printed
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text, partial):
+    """One parse per text: a YAML alias repeats a print without its text being read again."""
+    return parse_tensor(text, partial=partial)
 
 
 def _shape(value):
