@@ -118,20 +118,22 @@ sys.exit(cli.main(["--cases", folder, "--device", "cpu", "-v"]))
 """
 
 
-@pytest.fixture(scope="module")
-def checked(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cases")
+def _check_folder(folder, files):
+    """``files`` (name: text or bytes) beside a valid file in ``folder``, checked by a child under the limits."""
     (folder / "a_good.yaml").write_text(GOOD, encoding="utf-8")
-    for name, (text, *_) in HOSTILE.items():
+    for name, text in files.items():
         path = folder / f"{name}.yaml"
         path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text, encoding="utf-8")
-    for name, text in VALID.items():
-        (folder / f"{name}.yaml").write_text(text, encoding="utf-8")
-    report = folder.parent / "report.json"
+    report = folder.parent / f"{folder.name}.json"
     run = subprocess.run([sys.executable, "-c", _PROBE.format(limit=LIMIT_BYTES), str(folder), str(report)],
                          capture_output=True, timeout=300, cwd=folder.parent,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     return run, json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    return _check_folder(tmp_path_factory.mktemp("cases"), {**{n: t for n, (t, *_) in HOSTILE.items()}, **VALID})
 
 
 def test_the_folder_is_checked_within_the_limits_without_a_traceback(checked):
@@ -182,15 +184,7 @@ LARGE = {
 
 @pytest.fixture(scope="module")
 def checked_large(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("large")
-    (folder / "a_good.yaml").write_text(GOOD, encoding="utf-8")
-    for name, (text, *_) in LARGE.items():
-        (folder / f"{name}.yaml").write_text(text, encoding="utf-8")
-    report = folder.parent / "report.json"
-    run = subprocess.run([sys.executable, "-c", _PROBE.format(limit=LIMIT_BYTES), str(folder), str(report)],
-                         capture_output=True, timeout=300, cwd=folder.parent,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    return run, json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+    return _check_folder(tmp_path_factory.mktemp("large"), {n: t for n, (t, *_) in LARGE.items()})
 
 
 @pytest.mark.parametrize("name", LARGE)
