@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from attention_core import spec
 from attention_core.grading import client, wire
 from attention_core.grading.diagnose import Diagnoser
 from attention_core.harness import compare, runner, tolerance, torch_route
@@ -321,7 +322,7 @@ def _leading_slice(value):
 
 
 def _label(label, name):
-    from attention_core import spec  # noqa: PLC0415
+    """An argument as the feedback names it: its parameter's name in the spec."""
     if isinstance(label, int):
         params = spec.FUNCTIONS[name].params
         return f"`{params[label].name}`" if label < len(params) else f"argument {label}"
