@@ -9,7 +9,7 @@ import torch
 from attention_core import reference, spec
 from attention_core.cli import main
 from attention_core.harness import compare, runner
-from attention_core.harness.results import Status
+from attention_core.harness.results import Failure, Status
 
 ITEMS = [i for i in runner.collect(runner.default_cases_folder()) if i.error is None]
 GRADED = [i for i in ITEMS if i.check.kind == "call"]
@@ -112,6 +112,19 @@ def test_a_report_names_the_dtype_and_prints_close_numbers_in_full():
     report = compare.compare_full(torch.tensor([2360065.0], dtype=torch.float64),
                                   torch.tensor([2360064.0], dtype=torch.float64)).message
     assert "2360064" in report and "2360065" in report
+
+
+def test_a_full_comparison_reports_positions_in_row_major_order_and_its_worst_elements_first():
+    expected = torch.zeros(2, 3, 4, dtype=torch.float64)
+    actual = expected.clone()
+    actual[1, 2, 3], actual[0, 1, 2], actual[1, 0, 0] = 5.0, 3.0, 1.0
+    mismatch = compare.compare_full(actual, expected, rtol=0.0, atol=0.5)
+    assert mismatch.index == (1, 2, 3) and mismatch.positions is None
+    table = mismatch.message.split("Worst elements")[1].splitlines()[2:]
+    assert [row.split(")")[0] + ")" for row in table] == ["  (1, 2, 3)", "  (0, 1, 2)", "  (1, 0, 0)"]
+    assert "Mismatched elements: 3 / 24" in mismatch.message
+    dense_expected, dense_actual, _, shown = Failure("out", 1, mismatch, (2, 3, 4)).dense()
+    assert torch.equal(dense_actual, actual) and torch.equal(dense_expected, expected) and shown.all()
 
 
 def test_the_cli_shows_each_failure_in_full_without_v_and_lists_only_errata_that_held(tmp_path, capsys):

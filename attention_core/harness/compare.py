@@ -20,14 +20,21 @@ class Mismatch:
     """Why a value does not meet its expectation."""
 
     stage: str  # "type", "shape", "dtype", "device" or "values"
-    message: str
+    report: object  # the message, or a function that makes it (a values report is made when first read)
     index: tuple | None = None  # the worst element, for "values"
     ratio: float = math.inf  # worst |diff| / allowed, for "values"
-    # For "values": the compared elements, each (N,) in float64, and their positions (N, ndim).
+    # For "values": the compared elements, each (N,) in float64, and their positions (N, ndim);
+    # no positions when every element was compared (then in row-major order).
     actual: torch.Tensor | None = None
     expected: torch.Tensor | None = None
     allowed: torch.Tensor | None = None
     positions: torch.Tensor | None = None
+
+    @property
+    def message(self):
+        if callable(self.report):
+            object.__setattr__(self, "report", self.report())
+        return self.report
 
 
 def check_shape(actual, shape):
@@ -82,8 +89,7 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
     expected = expected.to(torch.float64).reshape(-1)
     allowed = tolerance.full_allowance(expected, actual.dtype, rtol, atol)
     shape = tuple(actual.shape)
-    return compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed,
-                           lambda: _all_positions(shape))
+    return compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed, shape)
 
 
 def _check_structure(actual, ndim, shape, device):
@@ -119,11 +125,18 @@ def _check_kind(actual, kind, dtype_name):
     return None
 
 
-def _all_positions(shape):
-    if not shape:
-        return torch.zeros(1, 0, dtype=torch.int64)
-    grids = torch.meshgrid(*[torch.arange(n) for n in shape], indexing="ij")
-    return torch.stack([g.reshape(-1) for g in grids], dim=1)
+class _Every:
+    """The positions of every element of ``shape`` in row-major order, made one at a time."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def __getitem__(self, flat):
+        flat, position = int(flat), []
+        for size in reversed(self.shape):
+            flat, i = divmod(flat, size)
+            position.append(i)
+        return tuple(reversed(position))
 
 
 def compare_values(actual, expected, allowed, index):
@@ -131,7 +144,7 @@ def compare_values(actual, expected, allowed, index):
 
     Args:
         actual, expected: ``(N,)``. allowed: ``(N,)`` or a number. index: ``(N, ndim)`` positions,
-            or a function making them (they are only needed for a report).
+            or a shape tuple when every element of that shape is compared in row-major order.
 
     Returns:
         A :class:`Mismatch` of stage "values", or None.
@@ -148,14 +161,14 @@ def compare_values(actual, expected, allowed, index):
     bad = diff > allowed
     if not bad.any():
         return None
-    if callable(index):  # positions are only worth making for a report
-        index = index()
+    positions = index if isinstance(index, torch.Tensor) else None
+    index = index if positions is not None else _Every(index)
     ratio = torch.where(bad, diff / allowed.clamp(min=1e-300), torch.zeros_like(diff))
     worst = int(ratio.argmax())
     worst_index = tuple(int(i) for i in index[worst])
-    return Mismatch("values", _values_report(actual, expected, diff, allowed, bad, index),
+    return Mismatch("values", lambda: _values_report(actual, expected, diff, allowed, bad, index),
                     index=worst_index, ratio=float(ratio[worst]), actual=actual, expected=expected,
-                    allowed=allowed, positions=index)
+                    allowed=allowed, positions=positions)
 
 
 def _values_report(actual, expected, diff, allowed, bad, index):
@@ -177,9 +190,8 @@ def _values_report(actual, expected, diff, allowed, bad, index):
         "Worst elements, by difference over allowance:",
         f"  {'index':<14}{'expected':>15}{'actual':>15}{'|diff|':>12}{'allowed':>12}",
     ]
-    order = torch.argsort(torch.where(bad, diff / allowed.clamp(min=1e-300), torch.full_like(diff, -1.0)),
-                          descending=True)
-    for i in order[: min(n_bad, MAX_TABLE_ROWS)].tolist():
+    ratio = torch.where(bad, diff / allowed.clamp(min=1e-300), torch.full_like(diff, -1.0))
+    for i in torch.topk(ratio, min(n_bad, MAX_TABLE_ROWS)).indices.tolist():
         shown_expected, shown_actual = _num_pair(expected[i], actual[i])
         lines.append(f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}"
                      f"{_num(diff[i]):>12}{_num(allowed[i]):>12}")

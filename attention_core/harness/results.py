@@ -61,8 +61,11 @@ class Failure:
         corners); elsewhere expected and allowed are NaN. None unless the mismatch is in values.
         """
         m = self.mismatch
-        if m.stage != "values" or self.shape is None or m.positions is None:
+        if m.stage != "values" or self.shape is None:
             return None
+        if m.positions is None:  # every element was compared, in row-major order
+            return (*(v.reshape(self.shape) for v in (m.expected, m.actual, m.allowed)),
+                    torch.ones(self.shape, dtype=torch.bool))
         index = tuple(m.positions.T) if len(self.shape) else ()
         tensors = []
         for values in (m.expected, m.actual, m.allowed):
