@@ -127,6 +127,15 @@ def test_a_full_comparison_reports_positions_in_row_major_order_and_its_worst_el
     assert torch.equal(dense_actual, actual) and torch.equal(dense_expected, expected) and shown.all()
 
 
+def test_a_large_expected_tensor_compared_again_after_it_changed_in_place_is_compared_as_it_is_now():
+    expected = torch.rand(compare.LARGE, generator=torch.Generator().manual_seed(0))
+    actual = expected.clone()
+    assert compare.compare_full(actual, expected) is None
+    expected[7] += 1.0
+    assert compare.compare_full(actual, expected).index == (7,)
+    assert compare.compare_full(actual, expected, rtol=0.0, atol=2.0) is None
+
+
 def test_the_cli_shows_each_failure_in_full_without_v_and_lists_only_errata_that_held(tmp_path, capsys):
     (tmp_path / "e.yaml").write_text(
         "document: {title: E}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n    checks:\n"

@@ -213,6 +213,23 @@ def test_an_in_place_change_of_an_argument_is_reported(submit):
     assert s.call_grad("attention", (q, q, q), projection_seed=0).mutated == (0,)
 
 
+def test_a_shared_argument_goes_by_name_and_every_call_gets_a_fresh_copy(tmp_path, monkeypatch):
+    big = torch.arange(70_000, dtype=torch.float32)
+    path = tmp_path / "sub.py"
+    path.write_text("def softmax(x, dim=-1):\n    x += 1\n    return x.clone()\n")
+    sent = []
+    encode = wire.encode
+    monkeypatch.setattr(wire, "encode", lambda value, shared=None: sent.append(encode(value, shared)) or sent[-1])
+    with Worker(budget=30.0) as w:
+        w.share([big])
+        with w.open(path) as s:
+            outcomes = [s.call("softmax", (big,)) for _ in range(2)]
+    assert all(torch.equal(o.value, big + 1) and o.mutated == (0,) for o in outcomes)
+    assert torch.equal(big, torch.arange(70_000, dtype=torch.float32))
+    calls = [m for m in sent if b'"op":"call"' in m]
+    assert len(calls) == 2 and all(len(m) < 1000 for m in calls)  # a name, not 280 kB of bytes
+
+
 def test_gradients_flow_for_a_correct_function_and_are_none_where_detached(submit):
     s = submit(SOFTMAX + "\ndef layer_norm(x, eps=1e-5):\n    return x.detach() * 2\n")
     x = torch.randn(3, 4, dtype=torch.float64)

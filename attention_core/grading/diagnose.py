@@ -15,6 +15,8 @@ from attention_core.grading import mutants
 from attention_core.harness import runner, tolerance
 from attention_core.harness.results import Status
 
+SAMPLE = 4096  # elements of a large result compared first
+
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
 
@@ -68,7 +70,8 @@ class Diagnoser:
         stages = {f.mismatch.stage for f in result.failures}
         lines = [f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in self.library
                  if (m.breaks == "side effect" and "side effect" in stages)
-                 or (m.breaks == "gradient" and any("no gradient reaches" in f.mismatch.message
+                 or (m.breaks == "gradient" and any(f.mismatch.stage == "gradient" and
+                                                    "no gradient reaches" in f.mismatch.message
                                                     for f in result.failures))]
         return "\n".join(lines)
 
@@ -98,7 +101,11 @@ def _agree(ours, theirs, item):
             if not torch.equal(a.cpu(), b.cpu()):
                 return False
             continue
-        if not _close(a.double(), b.detach().double(), rtol, atol):
+        a, b = a.detach().reshape(-1), b.detach().reshape(-1)
+        step = a.numel() // SAMPLE
+        if step > 1 and not _close(a[::step].double(), b[::step].double(), rtol, atol):
+            return False  # an evenly spread sample settles most disagreements at a fraction of the cost
+        if not _close(a.double(), b.double(), rtol, atol):
             return False
     return True
 

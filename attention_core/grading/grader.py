@@ -8,6 +8,7 @@ and compares them with the float64 torch route's, and fails a call that changed 
 tensors in place.
 """
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ CALL_TIMEOUT = 5.0  # seconds one call may take
 BUDGET = 60.0  # seconds a submission may spend in all
 GRADIENT_POINTS = 1.0  # points of each backward check (0: no backward checks)
 GRADIENT_LIMIT = 4096  # a floating input larger than this is cut to its leading slice
+SHARE_LIMIT = 1 << 16  # an argument with this many elements or more is stored in the worker server once
 PROJECTION_SEED = 0
 
 
@@ -133,6 +135,7 @@ class Grader:
         self._worker = None
         self._golden_grads = {}
         self._threads = None
+        self._shared = threading.Lock()  # held while the large arguments are made and shared; then None
 
     def __enter__(self):
         # The grader's own tensors are small: one thread avoids thread-pool overhead on every operation.
@@ -161,6 +164,7 @@ class Grader:
         """Grade one submission (a ``.py`` file or a folder)."""
         path = Path(path)
         start = time.monotonic()
+        self._share_arguments()
         graded = SubmissionGrade(submission_name(path), path)
         try:
             submission = self._worker.open(path)
@@ -181,6 +185,25 @@ class Grader:
         self.diagnoser.explain(graded)
         graded.seconds = time.monotonic() - start
         return graded
+
+    def _share_arguments(self):
+        """Before the first child is forked: the graded calls' large arguments, stored in the worker server."""
+        lock = self._shared
+        if lock is None:
+            return
+        with lock:
+            if self._shared is None:
+                return
+            large = []
+            for item in self.items:
+                if item.error is None:
+                    try:
+                        _, args, kwargs = self.preparation.arguments(item, "cpu")
+                    except Exception:  # a case mistake: the check reports it when it runs
+                        continue
+                    large += [t for t in wire.tensors_in([args, kwargs]) if t.numel() >= SHARE_LIMIT]
+            self._worker.share(large)
+            self._shared = None
 
     def _grade_item(self, item, submission, functions, problem):
         if item.error is not None:  # a case file that does not load: reported, worth nothing

@@ -6,7 +6,9 @@ a tuple as ``{"tuple": [...]}``; a tensor as ``{"tensor": [dtype, shape, offset,
 whose bytes lie in the blob; ``{"device": "cpu"}``, ``{"dtype": "float32"}``; a str-keyed
 dict as ``{"dict": {...}}``; anything else as ``{"opaque": type name}``. Nothing is ever
 unpickled: the receiving side builds fresh plain tensors from the bytes, after checking the
-dtype against an allow-list and the byte count against the shape.
+dtype against an allow-list and the byte count against the shape. A tensor both sides already
+hold (a large argument the grader stored in the worker server before it forked the child) goes
+as ``{"shared": key}`` and arrives as a fresh copy of the receiver's own.
 
 Imports only the standard library and torch: the worker loads this file by path.
 """
@@ -64,8 +66,16 @@ class ShapeOnly:
         self.tensor = tensor
 
 
-def encode(value):
-    """``value`` -> one message's bytes."""
+def encode(value, shared=None):
+    """``value`` -> one message's bytes; a tensor whose ``id`` is a key of ``shared`` goes by its name there."""
+    return b"".join(encode_parts(value, shared))
+
+
+def encode_parts(value, shared=None):
+    """``value`` -> one message as a list of buffers, each tensor's bytes read in place (not copied).
+
+    The buffers keep their tensors alive; send them with :func:`send_parts`.
+    """
     blob = []
     size = [0]
 
@@ -77,7 +87,7 @@ def encode(value):
         if isinstance(v, float):
             return float(v)
         if isinstance(v, torch.Tensor):
-            return tensor(v)
+            return {"shared": shared[id(v)]} if shared and id(v) in shared else tensor(v)
         if isinstance(v, tuple):
             return {"tuple": [walk(x) for x in v]}
         if isinstance(v, list):
@@ -103,17 +113,40 @@ def encode(value):
         if name not in DTYPES:
             return {"opaque": f"tensor of {name}"}
         nbytes = t.numel() * t.element_size()
-        data = ctypes.string_at(t.data_ptr(), nbytes) if nbytes else b""
-        blob.append(data)
+        if nbytes:
+            blob.append(_bytes(t, nbytes))
         size[0] += nbytes
         return {"tensor": [name, list(t.shape), size[0] - nbytes, nbytes]}
 
     text = JSON.encode(walk(value)).encode()
-    return b"".join([HEADER.pack(len(text), size[0]), text, *blob])
+    return [HEADER.pack(len(text), size[0]), text, *blob]
 
 
-def decode(text, blob):
-    """One message's JSON text and blob -> the value, with fresh plain tensors."""
+def _bytes(tensor, nbytes):
+    """A contiguous CPU tensor's bytes as a memoryview, read in place; the view keeps the tensor alive."""
+    array = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
+    array.tensor = tensor
+    return memoryview(array).cast("B")
+
+
+def send_parts(sock, parts, batch=256):
+    """Send every buffer of ``parts`` on a blocking socket, without joining them."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        sent = sock.sendmsg(views[:batch])
+        while sent:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0], sent = views[0][sent:], 0
+
+
+def decode(text, blob, shared=None):
+    """One message's JSON text and blob -> the value, with fresh plain tensors.
+
+    ``shared``: a function from a name to a fresh copy of the tensor the receiver keeps under it
+    (None where it keeps none); without it, nothing may be sent by name.
+    """
     try:
         tree = json.loads(text)
     except (ValueError, RecursionError) as e:
@@ -131,6 +164,11 @@ def decode(text, blob):
             return tuple(walk(x) for x in body)
         if tag == "tensor":
             return tensor(body)
+        if tag == "shared" and shared is not None and isinstance(body, str):
+            found = shared(body)
+            if found is None:
+                raise WireError(f"no shared tensor {body[:40]!r}")
+            return found
         if tag == "dict" and isinstance(body, dict):
             return {k: walk(x) for k, x in body.items()}
         if tag == "device" and isinstance(body, str):
@@ -188,7 +226,7 @@ def read_exact(sock, n):
     return buf
 
 
-def receive(sock):
+def receive(sock, shared=None):
     """One message from a blocking socket (a trusted peer: the grader), or None at end of file."""
     header = read_exact(sock, HEADER.size)
     if header is None:
@@ -197,7 +235,7 @@ def receive(sock):
     body = read_exact(sock, n_text + n_blob)
     if body is None:
         return None
-    return decode(bytes(body[:n_text]), memoryview(body)[n_text:])
+    return decode(bytes(body[:n_text]), memoryview(body)[n_text:], shared)
 
 
 def projection(outputs, seed):

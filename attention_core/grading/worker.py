@@ -4,7 +4,9 @@ Run by path (``python -I -S worker.py CONTROL_FD [SITE_DIR ...]``), never as par
 it imports only the standard library, torch and ``wire.py`` beside it (loaded by path), so the
 reference solution, the case files and their expected values are never in its memory.
 
-The server reads requests from the grader on the control socket: ``open`` (with the child's
+The server reads requests from the grader on the control socket: ``share`` keeps tensors (large
+arguments) that the children it forks later inherit, so a call can name them instead of
+carrying their bytes; ``open`` (with the child's
 socket and the write end of its output pipe passed as file descriptors) forks a child;
 ``reap`` kills a child's process group and collects its exit status; ``modules`` lists the
 server's ``sys.modules``. At the control socket's end of file it kills every child and exits.
@@ -14,6 +16,7 @@ to the output pipe, caps its address space, imports the submission and then answ
 its socket until end of file. Nothing it sends is ever unpickled by the grader.
 """
 
+import gc
 import importlib.util
 import os
 import resource
@@ -38,7 +41,7 @@ def load_wire():
 
 
 def serve(ctl, wire):
-    children = set()
+    children, shared = set(), {}
     while True:
         request, fds = receive_request(ctl, wire)
         if request is None:
@@ -51,7 +54,7 @@ def serve(ctl, wire):
                 pid, reply = None, {"error": f"cannot fork: {e}"}
             if pid == 0:
                 try:
-                    child_main(request, fds, ctl, wire)
+                    child_main(request, fds, ctl, wire, shared)
                 finally:
                     os._exit(70)
             for fd in fds:
@@ -63,6 +66,9 @@ def serve(ctl, wire):
             pid = request["pid"]
             reply = reap(pid) if pid in children else {"error": f"no child {pid}"}
             children.discard(pid)
+        elif op == "share":
+            shared.update(request["tensors"])
+            reply = {"shared": len(shared)}
         elif op == "modules":
             reply = {"modules": sorted(sys.modules)}
         else:
@@ -113,7 +119,7 @@ def kill(pid):
 # ---- a child: one submission ----------------------------------------------------------------
 
 
-def child_main(request, fds, ctl, wire):
+def child_main(request, fds, ctl, wire, shared):
     sock_fd, out_fd = fds
     os.setsid()
     ctl.close()
@@ -132,24 +138,28 @@ def child_main(request, fds, ctl, wire):
 
     torch.set_num_threads(1)  # the server forked us after importing torch; stay off its thread pool
     sock = socket.socket(fileno=sock_fd)
-    child = Child(request, wire, torch)
+    child = Child(request, wire, torch, shared)
     sock.sendall(wire.encode(child.hello))
     if child.module is None:
         return
     while True:
-        message = wire.receive(sock)
+        child.copies.clear()
+        message = wire.receive(sock, child.copy_shared)
         if message is None:
             return
         reply = child.handle(message)
         flush_streams()
         try:
-            data = wire.encode(reply)
+            parts = wire.encode_parts(reply)
         except Exception as e:  # e.g. a list that contains itself
-            data = wire.encode({"status": "raised", "message": f"the result could not be sent: {exception_text(e)}"})
-        if len(data) > request["reply_limit"]:
-            data = wire.encode({"status": "raised", "message": (
-                f"the result is {len(data)} bytes, over the limit of {request['reply_limit']}")})
-        sock.sendall(data)
+            parts = wire.encode_parts({"status": "raised",
+                                       "message": f"the result could not be sent: {exception_text(e)}"})
+        size = sum(len(p) for p in parts)
+        if size > request["reply_limit"]:
+            parts = wire.encode_parts({"status": "raised", "message": (
+                f"the result is {size} bytes, over the limit of {request['reply_limit']}")})
+        wire.send_parts(sock, parts)
+        del parts
         if reply["status"] == "crashed":
             return
 
@@ -172,8 +182,10 @@ def exception_text(e):
 class Child:
     """A submission's module and the calls into it."""
 
-    def __init__(self, request, wire, torch):
+    def __init__(self, request, wire, torch, shared):
         self.wire, self.torch = wire, torch
+        self.shared = shared  # name -> a tensor the server kept (inherited): calls get copies
+        self.copies = {}  # id(copy) -> its original, for the current call
         self.root = request["root"]
         self.module = None
         sys.path.insert(0, self.root)
@@ -197,6 +209,14 @@ class Child:
         names = [n for n in request["names"] if callable(self.lookup(n))]
         self.hello = {"status": "ok", "message": "", "traceback": [], "names": names}
 
+    def copy_shared(self, key):
+        original = self.shared.get(key)
+        if original is None:
+            return None
+        copy = original.clone()
+        self.copies[id(copy)] = original
+        return copy
+
     def lookup(self, name):
         try:
             return getattr(self.module, name, None)
@@ -216,6 +236,8 @@ class Child:
         fn = self.lookup(name)
         if not callable(fn):
             return {"status": "not implemented", "message": f"the submission defines no function {name}"}
+        # A shared argument's untouched original is the mutation check's reference: no copy to make.
+        originals = {label: self.copies[id(t)] for label, t in self.tensors(args, kwargs) if id(t) in self.copies}
         leaves = {}
         if seed is not None:
             for label, t in self.floating(args, kwargs):
@@ -223,7 +245,8 @@ class Child:
                 # A non-leaf view of the leaf, so that an in-place change inside the call is recorded
                 # by autograd (and reported in ``mutated``) rather than refused.
                 set_arg(args, kwargs, label, leaves[label].clone())
-        before = [(label, t, t.detach().clone()) for label, t in self.tensors(args, kwargs)]
+        before = [(label, t, originals[label] if label in originals else t.detach().clone())
+                  for label, t in self.tensors(args, kwargs)]
         try:
             with torch.enable_grad():
                 value = fn(*args, **kwargs)
@@ -315,6 +338,7 @@ def main(argv):
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     wire = load_wire()  # imports torch
     warm_up(sys.modules["torch"])
+    gc.freeze()  # the children's collections leave the server's objects alone (and their pages shared)
     serve(socket.socket(fileno=ctl_fd), wire)
     os._exit(0)  # skip the interpreter's and torch's finalisation: nothing is left to flush
 
