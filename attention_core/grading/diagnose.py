@@ -40,6 +40,8 @@ class Diagnoser:
     def candidates(self, item, result):
         """The value mutants whose result on ``item`` matches the student's ``result``."""
         found = []
+        if not (result.status is Status.FAILED or _raised(result)):
+            return found  # not called, or no value to compare: no mistake to name
         for mutant in self.library:
             if mutant.breaks != "values" or item.check.function not in mutant.functions:
                 continue
