@@ -318,12 +318,31 @@ def test_closing_right_after_a_crash_kills_the_child_just_forked(submit):
         s.call("causal_average", (torch.ones(1),))
 
 
+def host_pids(marker):
+    """The pids (as this machine sees them) of the processes whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read() and alive(int(entry)):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def test_closing_kills_the_child_and_what_it_started(worker, tmp_path):
+    marker = f"spawned-{os.getpid()}-{time.monotonic_ns()}"
     path = tmp_path / "spawner.py"
-    path.write_text(f"""import subprocess\np = subprocess.Popen([{sys.executable!r}, "-c", "import time; time.sleep(60)"])
-print(p.pid)\n""")
+    path.write_text(f"""import subprocess, os\np = subprocess.Popen([{sys.executable!r}, "-c", "import time; time.sleep(60)",
+                  {marker!r}], start_new_session=True)\n""")
     s = worker.open(path)
-    child, grandchild = s.pid, int(s.output)
+    child = s.pid
+    for _ in range(250):
+        if host_pids(marker):
+            break
+        time.sleep(0.02)
+    grandchild, = host_pids(marker)
     assert alive(child) and alive(grandchild)
     s.close()
     assert not alive(child)

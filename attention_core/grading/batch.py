@@ -5,7 +5,7 @@ import sys
 from tqdm import tqdm
 
 from attention_core.grading import gradescope
-from attention_core.grading.grader import Grader, submission_name
+from attention_core.grading.grader import Grader, sandbox_warning, submission_name
 
 
 def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60.0, gradient_points=1.0, stream=None):
@@ -27,6 +27,9 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
     for one in graded:
         print(f"{one.name:<{width}}  {gradescope.number(one.score):>6} / {gradescope.number(one.max_score)}",
               file=stream)
+    warnings = {sandbox_warning(one.protections) for one in graded} - {""}
+    for warning in sorted(warnings):
+        print(warning, file=stream)
     print(f"wrote {out / '<name>' / 'results.json'} and {out / 'gradebook.csv'}", file=stream)
     return 0
 

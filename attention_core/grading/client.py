@@ -15,9 +15,11 @@ Imports attention_core.spec and nothing else of the package but this room's wire
 import fcntl
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -27,43 +29,16 @@ from pathlib import Path
 import torch
 
 from attention_core import spec
-from attention_core.grading import wire
+from attention_core.grading import plan, wire
+from attention_core.grading.replies import (  # noqa: F401  (the statuses are part of this module's interface)
+    CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, RAISED, TIMEOUT, CallOutcome, check_hello, checked_outcome)
 
 WORKER = Path(__file__).with_name("worker.py")
 
-OK = "ok"
-RAISED = "raised"
-NOT_IMPLEMENTED = "not implemented"
-TIMEOUT = "timeout"
-CRASHED = "crashed"
-IMPORT_ERROR = "import error"
-
-CHILD_STATUSES = (OK, RAISED, NOT_IMPLEMENTED, CRASHED)
 
 
 class WorkerError(RuntimeError):
     """The server failed: a fault of the grading machinery, never of a submission."""
-
-
-@dataclass
-class CallOutcome:
-    """What one call of a submission's function did.
-
-    ``status``: ok, raised, not implemented (NotImplementedError or no such function), timeout or
-    crashed (the process died or raised SystemExit/KeyboardInterrupt; it has been replaced).
-    ``traceback`` holds the lines inside the submission only. ``mutated`` and the keys of ``grads``
-    label tensor arguments as they were passed: an int for a position, a str for a keyword.
-    """
-
-    status: str
-    value: object = None
-    message: str = ""
-    traceback: tuple[str, ...] = ()
-    output: str = ""
-    mutated: tuple = ()
-    seconds: float = 0.0
-    grads: dict | None = None  # call_grad only: label -> gradient, or None where none flowed
-    grad_error: str | None = None
 
 
 @dataclass
@@ -98,9 +73,16 @@ class Worker:
     """One grading server. A context manager; ``close()`` kills the server and every child."""
 
     def __init__(self, *, memory_limit=4 << 30, budget=60.0, import_timeout=10.0, output_limit=10_000,
-                 reply_limit=256 << 20):
+                 reply_limit=256 << 20, sandbox=True, namespaces=True):
         self.memory_limit, self.budget, self.import_timeout = memory_limit, budget, import_timeout
         self.output_limit, self.reply_limit = output_limit, reply_limit
+        self._scratch = tempfile.mkdtemp(prefix="attention-sandbox-")
+        os.chmod(self._scratch, 0o711)  # an unprivileged child may pass through to its own folder
+        os.mkdir(os.path.join(self._scratch, "root"), 0o755)
+        self._plan = plan.plan(site_dirs(), root=os.path.join(self._scratch, "root"), scratch=None,
+                               namespaces=namespaces, limits={
+            "RLIMIT_CPU": (int(budget) + 5, int(budget) + 10), "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NPROC": 128,
+            "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}) if sandbox else None
         ours, theirs = socket.socketpair()
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         # Large blocks on transparent huge pages where the system offers them: a child touches a
@@ -162,6 +144,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _request(self, message, fds=()):
         data = wire.encode(message)
@@ -334,9 +317,12 @@ class Submission:
         os.set_blocking(out_r, False)
         ours.setblocking(False)
         w = self._worker
+        scratch = tempfile.mkdtemp(dir=w._scratch)
+        sandbox = None if w._plan is None else plan.with_submission(
+            dict(w._plan, scratch=scratch), self.path)
         request = {"op": "open", "entry": str(self._entry), "root": str(self._root), "module": self._module,
                    "package": self._package, "names": list(spec.NAMES), "memory": w.memory_limit,
-                   "reply_limit": w.reply_limit}
+                   "reply_limit": w.reply_limit, "sandbox": sandbox}
         with w._lock:
             shared = dict(w._shared)  # what this child will inherit
         try:
@@ -345,7 +331,8 @@ class Submission:
             theirs.close()
             os.close(out_w)
         self._sock, self._out, self._pid, self._ready = ours, out_r, reply["pid"], False
-        self._shared = shared
+        self._shared, self._scratch = shared, scratch
+        self.protections = reply["protections"]
 
     def _hello(self, timeout):
         """Wait for the child's import report: (hello or None, Output, problem)."""
@@ -436,6 +423,7 @@ class Submission:
             self._sock.close()
             os.close(self._out)
             self._sock = self._out = self._pid = None
+            shutil.rmtree(self._scratch, ignore_errors=True)
         return status
 
 
@@ -451,45 +439,3 @@ def drain(fd, output, chunks=16):
             return False
         output.add(data)
     return True
-
-
-def check_hello(reply):
-    if not isinstance(reply, dict) or reply.get("status") not in (OK, IMPORT_ERROR):
-        raise ValueError("not an import report")
-    text(reply["message"])
-    lines(reply["traceback"])
-    if not all(n in spec.NAMES for n in reply["names"]):
-        raise ValueError("a name outside the spec")
-
-
-def checked_outcome(reply):
-    """A CallOutcome from a child's reply, every field's type checked."""
-    if not isinstance(reply, dict) or reply.get("status") not in CHILD_STATUSES:
-        raise ValueError("no known status")
-    mutated = reply.get("mutated", [])
-    if not (isinstance(mutated, list) and all(type(m) in (int, str) for m in mutated)):
-        raise ValueError("mutated is not a list of labels")
-    outcome = CallOutcome(reply["status"], value=reply.get("value"), message=text(reply.get("message", "")),
-                          traceback=lines(reply.get("traceback", [])), mutated=tuple(mutated))
-    if "grads" in reply:
-        grads = {}
-        for pair in reply["grads"]:
-            label, g = pair
-            if type(label) not in (int, str) or not (g is None or isinstance(g, torch.Tensor)):
-                raise ValueError("grads is not a list of (label, tensor or None)")
-            grads[label] = g
-        outcome.grads = grads
-        outcome.grad_error = None if reply.get("grad_error") is None else text(reply["grad_error"])
-    return outcome
-
-
-def text(value):
-    if not isinstance(value, str):
-        raise TypeError("a message is not a str")
-    return value[:10_000]
-
-
-def lines(value):
-    if not (isinstance(value, list) and all(isinstance(line, str) for line in value)):
-        raise TypeError("a traceback is not a list of str")
-    return tuple(line[:1000] for line in value[:200])

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from attention_core import spec
-from attention_core.grading import client, wire
+from attention_core.grading import client, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.results import CallFailed, Failure, Result, Status
@@ -54,6 +54,7 @@ class SubmissionGrade:
     grades: list = field(default_factory=list)
     seconds: float = 0.0
     note: str = ""  # import problems and other messages for the whole submission
+    protections: dict = field(default_factory=dict)  # the sandbox's: "held" and "missing" (name -> why)
 
     @property
     def score(self):
@@ -62,6 +63,17 @@ class SubmissionGrade:
     @property
     def max_score(self):
         return sum(g.max_score for g in self.grades)
+
+
+def sandbox_warning(protections):
+    """A loud paragraph naming each protection of the sandbox that was not in force; "" when all were."""
+    missing = (protections or {}).get("missing") or {}
+    if not missing:
+        return ""
+    lines = [f"WARNING: this submission ran without {len(missing)} of the sandbox's protections "
+             f"(see the README, Isolation):"]
+    lines += [f"  - {sandbox.NAMES.get(name, name)}: not in force ({why})" for name, why in missing.items()]
+    return "\n".join(lines)
 
 
 def submission_name(path):
@@ -177,8 +189,12 @@ class Grader:
                               "\n".join(submission.traceback)
             functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0)
                          if submission is not None else None)
+            problem = graded.note
+            if submission is not None:
+                graded.protections = submission.protections
+                graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem]))
             for item in self.items:
-                graded.grades += self._grade_item(item, submission, functions, graded.note)
+                graded.grades += self._grade_item(item, submission, functions, problem)
         finally:
             if submission is not None:
                 submission.close()

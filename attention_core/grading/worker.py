@@ -18,19 +18,22 @@ its socket until end of file. Nothing it sends is ever unpickled by the grader.
 
 import gc
 import importlib.util
+import json
 import os
 import resource
+import select
 import signal
 import socket
 import sys
+import time
 import traceback
 import warnings
 
 
-def load_wire():
-    """``wire.py`` from beside this file, under a name no submission would use."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
-    spec = importlib.util.spec_from_file_location("_grading_wire", path)
+def load(name):
+    """``name``.py from beside this file, under a name no submission would use."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_grading_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -40,32 +43,18 @@ def load_wire():
 # ---- the server -----------------------------------------------------------------------------
 
 
-def serve(ctl, wire):
-    children, shared = set(), {}
+def serve(ctl, wire, sandbox):
+    children, shared = {}, {}  # guard pid -> Child's inner pid and status pipe; name -> tensor
     while True:
         request, fds = receive_request(ctl, wire)
         if request is None:
             break
         op = request["op"]
         if op == "open":
-            try:
-                pid = os.fork()
-            except OSError as e:
-                pid, reply = None, {"error": f"cannot fork: {e}"}
-            if pid == 0:
-                try:
-                    child_main(request, fds, ctl, wire, shared)
-                finally:
-                    os._exit(70)
-            for fd in fds:
-                os.close(fd)
-            if pid is not None:
-                children.add(pid)
-                reply = {"pid": pid}
+            reply = open_child(request, fds, ctl, wire, sandbox, shared, children)
         elif op == "reap":
             pid = request["pid"]
-            reply = reap(pid) if pid in children else {"error": f"no child {pid}"}
-            children.discard(pid)
+            reply = reap(pid, *children.pop(pid)) if pid in children else {"error": f"no child {pid}"}
         elif op == "share":
             shared.update(request["tensors"])
             reply = {"shared": len(shared)}
@@ -74,8 +63,8 @@ def serve(ctl, wire):
         else:
             reply = {"error": f"unknown request {op!r}"}
         ctl.sendall(wire.encode(reply))
-    for pid in children:
-        reap(pid)
+    for pid, (inner, status) in children.items():
+        reap(pid, inner, status)
 
 
 def receive_request(ctl, wire):
@@ -89,18 +78,66 @@ def receive_request(ctl, wire):
     return wire.decode(bytes(body[:n_text]), memoryview(body)[n_text:]), fds
 
 
-def reap(pid):
-    """Kill the process group ``pid`` leads and collect the leader's exit status."""
-    kill(pid)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
+def open_child(request, fds, ctl, wire, sandbox, shared, children):
+    """Fork a submission's guard, which makes its inner process; their pids and the protections in force."""
+    status_r, status_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        for fd in (*fds, status_r, status_w):
+            os.close(fd)
+        return {"error": f"cannot fork: {e}"}
+    if pid == 0:
         try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = "unknown signal"
-        return {"signal": number, "name": name}
-    return {"code": os.waitstatus_to_exitcode(status)}
+            os.close(status_r)
+            guard_main(request, fds, ctl, wire, sandbox, shared, status_w)
+        finally:
+            os._exit(70)
+    for fd in (*fds, status_w):
+        os.close(fd)
+    lines = dict(line.partition(" ")[::2] for line in read_lines(status_r, 2, timeout=30.0))
+    try:  # the guard's line and the inner process's, in either order
+        inner, protections = int(lines["inner"]), json.loads(lines["protections"])
+    except (KeyError, ValueError):
+        inner, protections = int(lines.get("inner", 0)) or None, None
+    children[pid] = (inner, status_r)
+    if protections is None:
+        reap(pid, inner, status_r)
+        del children[pid]
+        return {"error": "a submission's process could not be set up"}
+    return {"pid": pid, "protections": protections}
+
+
+def read_lines(fd, count, timeout):
+    """Up to ``count`` lines from the pipe ``fd`` (fewer at end of file or after ``timeout`` seconds)."""
+    data, deadline = b"", time.monotonic() + timeout
+    while data.count(b"\n") < count:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def reap(pid, inner, status_fd):
+    """Kill a submission's inner process (its PID namespace with it) and its guard; how the inner ended."""
+    if inner is not None:
+        kill(inner)  # never collected by its guard: the pid is still the inner process's own
+        ended = read_lines(status_fd, 1, timeout=2.0)
+    else:
+        ended = []
+    kill(pid)
+    os.waitpid(pid, 0)
+    os.close(status_fd)
+    how, _, number = (ended[0] if ended else "killed 9").partition(" ")
+    if how == "exited":
+        return {"code": int(number)}
+    try:
+        name = signal.Signals(int(number)).name
+    except ValueError:
+        name = "unknown signal"
+    return {"signal": int(number), "name": name}
 
 
 def kill(pid):
@@ -119,10 +156,37 @@ def kill(pid):
 # ---- a child: one submission ----------------------------------------------------------------
 
 
-def child_main(request, fds, ctl, wire, shared):
-    sock_fd, out_fd = fds
+def guard_main(request, fds, ctl, wire, sandbox, shared, status_w):
+    """The guard: enter the namespaces, fork the inner process, report its pid, wait."""
     os.setsid()
     ctl.close()
+    protections = sandbox.Protections()
+    plan = request["sandbox"]
+    privileged = sandbox.enter_namespaces(plan, protections) if plan else False
+    inner = os.fork()
+    if inner == 0:
+        try:
+            if plan:
+                copy = sandbox.build(plan, protections, privileged)
+                if copy is not None:  # the submission is imported from its copy
+                    request = dict(request, entry=sandbox.moved(request["entry"], plan, copy),
+                                   root=sandbox.moved(request["root"], plan, copy))
+            else:
+                protections.miss("namespaces", "the sandbox is off")
+            os.write(status_w, f"protections {json.dumps(protections.as_dict())}\n".encode())
+            os.close(status_w)
+            child_main(request, fds, wire, shared)
+        finally:
+            os._exit(70)
+    os.write(status_w, f"inner {inner}\n".encode())
+    for fd in fds:
+        os.close(fd)
+    sandbox.guard(inner, status_w)
+
+
+def child_main(request, fds, wire, shared):
+    sock_fd, out_fd = fds
+    os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -336,10 +400,11 @@ def main(argv):
     sys.path.extend(d for d in site_dirs if d not in sys.path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader handles ^C and closes us
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
-    wire = load_wire()  # imports torch
+    wire = load("wire")  # imports torch
+    sandbox = load("sandbox")
     warm_up(sys.modules["torch"])
     gc.freeze()  # the children's collections leave the server's objects alone (and their pages shared)
-    serve(socket.socket(fileno=ctl_fd), wire)
+    serve(socket.socket(fileno=ctl_fd), wire, sandbox)
     os._exit(0)  # skip the interpreter's and torch's finalisation: nothing is left to flush
 
 
