@@ -34,6 +34,7 @@ from attention_core.grading.replies import (  # noqa: F401  (the statuses are pa
     CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, RAISED, TIMEOUT, CallOutcome, check_hello, checked_outcome)
 
 WORKER = Path(__file__).with_name("worker.py")
+KEPT_ENVIRONMENT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
 
 
 
@@ -84,7 +85,9 @@ class Worker:
             "RLIMIT_CPU": (int(budget) + 5, int(budget) + 10), "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NPROC": 128,
             "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}) if sandbox else None
         ours, theirs = socket.socketpair()
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # The server's environment is every child's (and readable in its /proc): only what torch needs.
+        env = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         # Large blocks on transparent huge pages where the system offers them: a child touches a
         # hundred megabytes afresh (its arguments, its results), in 2 MiB faults instead of 4 KiB ones.
         env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1"]))

@@ -192,7 +192,8 @@ class Grader:
             problem = graded.note
             if submission is not None:
                 graded.protections = submission.protections
-                graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem]))
+                printed = f"Printed at import:\n{submission.output}" if submission.output else ""
+                graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem, printed]))
             for item in self.items:
                 graded.grades += self._grade_item(item, submission, functions, problem)
         finally:

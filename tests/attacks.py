@@ -1,0 +1,201 @@
+"""Hostile submissions: each tries one way out of the sandbox, or one way to harm the grader.
+
+``SOURCES`` maps a name to a submission's source. ``@MARK@`` stands for a string unique to the run
+(an escape leaves a file or a process carrying it), ``@OUT@`` for the grader's output folder,
+``@OTHER@`` for another submission's folder and ``@CHECKOUT@`` for this project's folder. A probe
+does its work at import and its ``softmax`` raises ``RuntimeError("REPORT <json>")``, so that what it
+found reaches the grader's results as the check's reason.
+"""
+
+import json
+
+PROBE = '''
+import json, os
+
+def softmax(x, dim=-1):
+    raise RuntimeError("REPORT " + json.dumps(REPORT))
+'''
+
+# What a walk looks for: the case files, snapshots, earlier results and this project's package.
+WALK = '''
+import os, sys
+
+WANTED = ("001_self_attention.yaml", "case-file.schema.json", "test_snapshots.ambr", "results.json",
+          "gradebook.csv", "test_cases.ambr", "test_reference.py")
+
+def walk(top="/"):
+    found = []
+    for folder, dirs, files in os.walk(top, onerror=lambda e: None):
+        dirs[:] = [d for d in dirs if not (folder == "/" and d in ("proc", "sys", "dev"))]
+        found += [os.path.join(folder, f) for f in files if f in WANTED or f.startswith("@MARK@-")]
+        found += [os.path.join(folder, d) for d in dirs if d in ("attention_core", "cases", "__snapshots__")]
+    for entry in sys.path:
+        for name in ("attention_core", "cases"):
+            if os.path.exists(os.path.join(entry, name)):
+                found.append(os.path.join(entry, name))
+    try:
+        import attention_core  # noqa: F401
+        found.append("import attention_core")
+    except Exception:
+        pass
+    for path in ("@CHECKOUT@/cases", "@CHECKOUT@/tests/__snapshots__", "@OUT@"):
+        if os.path.exists(path):
+            found.append(path)
+    return found[:20]
+'''
+
+SOURCES = {
+    "hang": '''
+def softmax(x, dim=-1):
+    while True:
+        pass
+''',
+    "memory_bomb": '''
+import torch
+
+def softmax(x, dim=-1):
+    hoard = []
+    while True:
+        hoard.append(torch.empty(1 << 30, dtype=torch.uint8))
+''',
+    "exit": '''
+import os
+
+def softmax(x, dim=-1):
+    os._exit(0)
+''',
+    "system_exit": '''
+def softmax(x, dim=-1):
+    raise SystemExit(3)
+
+def causal_mask(T, device=None):
+    raise KeyboardInterrupt
+''',
+    "import_crash": '''
+raise RuntimeError("this submission fails at import")
+''',
+    "rigged_subclass": '''
+import os, torch
+
+class Rigged(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+    def __reduce__(self):
+        return (os.system, ("touch @OUT@/@MARK@-unpickled",))
+
+def softmax(x, dim=-1):
+    return torch.zeros_like(x).as_subclass(Rigged)
+''',
+    "output_flood": '''
+import sys
+
+chunk = "x" * (1 << 20)
+for _ in range(200):
+    sys.stdout.write(chunk)
+    sys.stderr.write(chunk)
+
+def softmax(x, dim=-1):
+    return x.softmax(dim)
+''',
+    "walk": WALK + '''
+REPORT = {"found": walk()}
+''' + PROBE,
+    "umount_then_walk": WALK + '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+undone = 0
+for _ in range(3):
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in reversed(points):
+        undone += libc.umount2(point.encode(), 2) == 0
+REPORT = {"unmounted": undone, "found": walk()}
+''' + PROBE,
+    "proc_reads": '''
+import os
+REPORT = {"read": [], "reached": []}
+pids = [p for p in os.listdir("/proc") if p.isdigit()] if os.path.isdir("/proc") else []
+for pid in sorted(set(pids) | {str(os.getppid()), "1"}):
+    for what in ("environ", "cmdline", "mem"):
+        try:
+            with open(f"/proc/{pid}/{what}", "rb") as f:
+                data = f.read(1 << 16)
+            if b"@OUT@" in data or b"PYTEST" in data:
+                REPORT["read"].append(f"{pid}/{what}")
+        except OSError:
+            pass
+    for what in ("root@CHECKOUT@/cases", "root@OUT@", "root@CHECKOUT@/attention_core"):
+        try:
+            if os.listdir(f"/proc/{pid}/{what}"):
+                REPORT["reached"].append(f"{pid}/{what}")
+        except OSError:
+            pass
+''' + PROBE,
+    "kill_everything": '''
+import os, signal
+for pid in range(1, 1 << 15):
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+
+def softmax(x, dim=-1):
+    return x.softmax(dim)
+''',
+    "process_spree": '''
+import subprocess
+started = 0
+for _ in range(300):
+    try:
+        subprocess.Popen(["/bin/sh", "-c", "sleep 600", "@MARK@-spree"], start_new_session=True)
+        started += 1
+    except OSError:
+        break
+
+def softmax(x, dim=-1):
+    return x.softmax(dim)
+''',
+    "network": '''
+import socket
+REPORT = {"connected": []}
+for address in (("1.1.1.1", 80), ("8.8.8.8", 53), ("10.0.0.1", 80)):
+    try:
+        socket.create_connection(address, timeout=2).close()
+        REPORT["connected"].append(address[0])
+    except OSError:
+        pass
+''' + PROBE,
+    "writes": '''
+import os
+REPORT = {"wrote": []}
+for folder in ("@OUT@", "@OTHER@", "@CHECKOUT@", "/tmp", os.path.dirname(os.path.abspath(__file__))):
+    try:
+        with open(os.path.join(folder, "@MARK@-written"), "w") as f:
+            f.write("escaped")
+        REPORT["wrote"].append(folder)
+    except OSError:
+        pass
+''' + PROBE,
+}
+
+# What each probe's report must say: nothing found, reached, read, connected or written outside.
+CLEAN = {
+    "walk": {"found": []},
+    "proc_reads": {"read": [], "reached": []},
+    "network": {"connected": []},
+}
+
+
+def report(results):
+    """The probe's report in a results.json dictionary, or None."""
+    for test in results["tests"]:
+        if "REPORT " in test["output"]:
+            text = test["output"].split("REPORT ", 1)[1]
+            return json.loads(text[: text.index("}") + 1])
+    return None

@@ -1,0 +1,188 @@
+"""The attack corpus (tests/attacks.py), graded as one batch by the real grader, as root and as an
+unprivileged user.
+
+Each batch runs inside a throwaway mount and PID namespace of the test's own, under limits of
+its own: if the sandbox had a bug, an unmount or a kill of every process would reach only that
+namespace. Inside it, after grading, a helper lists the processes that carry the run's marker
+(none may outlive grading). Where the throwaway namespace cannot be made, the test is skipped
+and says why.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from attention_core import reference
+import attacks
+
+pytestmark = pytest.mark.grading
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs inside the throwaway namespaces: (as root) make the interpreter reachable for the
+# unprivileged uid when asked, drop to it, grade, then list the marked processes still alive.
+HELPER = r'''
+import json, os, resource, subprocess, sys, tempfile
+
+mode, result, mark, *command = sys.argv[1:]
+resource.setrlimit(resource.RLIMIT_CPU, (900, 900))
+if mode == "unprivileged":
+    # Folders on the way to the interpreter, the site folders and the checkout that uid 65534 may
+    # not pass: in this mount namespace only, a tmpfs over each with the needed paths bound back.
+    needed = [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *json.loads(os.environ["NEEDED"]))]
+    for path in needed:
+        parts = path.split("/")
+        for i in range(2, len(parts)):
+            folder = "/".join(parts[:i])
+            if not os.stat(folder).st_mode & 0o001:
+                keep = tempfile.mkdtemp()
+                subprocess.run(["mount", "--bind", "/".join(parts[:i + 1]), keep], check=True)
+                subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", folder], check=True)
+                os.makedirs("/".join(parts[:i + 1]), exist_ok=True)
+                subprocess.run(["mount", "--bind", keep, "/".join(parts[:i + 1])], check=True)
+                break
+    os.setgroups([])
+    os.setresgid(65534, 65534, 65534)
+    os.setresuid(65534, 65534, 65534)
+run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+alive = []
+for entry in os.listdir("/proc"):
+    if not entry.isdigit() or int(entry) == os.getpid():
+        continue
+    try:
+        with open(f"/proc/{entry}/cmdline", "rb") as f:
+            if mark.encode() in f.read():
+                alive.append(entry)
+    except OSError:
+        pass
+with open(result, "w") as f:
+    json.dump({"code": run.returncode, "stderr": run.stderr[-4000:], "alive": alive, "uid": os.getuid()}, f)
+'''
+
+
+def throwaway_available():
+    if shutil.which("unshare") is None:
+        return "the unshare command (util-linux) is not installed"
+    probe = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                           text=True)
+    if probe.returncode != 0:
+        return f"a throwaway mount and PID namespace cannot be made here: {probe.stderr.strip()}"
+    if os.geteuid() != 0:
+        return "the batch runs as root and as uid 65534: the test needs root to set up both"
+    return None
+
+
+def run_batch(mode):
+    why = throwaway_available()
+    if why:
+        pytest.skip(why)
+    scratch = Path(tempfile.mkdtemp(prefix="attack-"))
+    try:
+        os.chmod(scratch, 0o755)
+        mark = f"escape{os.getpid()}x{time.monotonic_ns()}"
+        out, submissions, other = scratch / "out", scratch / "submissions", scratch / "submissions" / "other"
+        other.mkdir(parents=True)
+        out.mkdir()
+        (other / "__init__.py").write_text(Path(reference.__file__).read_text())
+        (submissions / "reference.py").write_text(Path(reference.__file__).read_text())
+        paths = [submissions / "reference.py", other]
+        for name, source in attacks.SOURCES.items():
+            text = (source.replace("@MARK@", mark).replace("@OUT@", str(out)).replace("@OTHER@", str(other))
+                    .replace("@CHECKOUT@", str(ROOT)))
+            (submissions / f"{name}.py").write_text(textwrap.dedent(text))
+            paths.append(submissions / f"{name}.py")
+        if mode == "unprivileged":
+            os.chown(out, 65534, 65534)
+        result = scratch / "result.json"
+        os.chmod(scratch, 0o777)
+        helper = scratch / "helper.py"
+        helper.write_text(HELPER)
+        command = [sys.executable, "-m", "attention_core", "grade", *map(str, paths), "--out", str(out),
+                   "--jobs", "2", "--timeout", "2", "--budget", "30"]
+        env = dict(os.environ, NEEDED=json.dumps(sys.path[1:] + [str(ROOT)]))
+        start = time.monotonic()
+        subprocess.run(["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable,
+                        str(helper), mode, str(result), mark, *command], cwd=ROOT, env=env, check=True, timeout=900)
+        seconds = time.monotonic() - start
+        ran = json.loads(result.read_text())
+        results = {p.parent.name: json.loads(p.read_text()) for p in out.glob("*/results.json")}
+        escaped = [str(p) for p in [*scratch.rglob(f"{mark}-*"), *ROOT.glob(f"{mark}-*"), *Path("/tmp").glob(f"{mark}-*")]]
+        return ran, results, escaped, seconds
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", params=["root", "unprivileged"])
+def batch(request):
+    return request.param, run_batch(request.param)
+
+
+def test_the_grader_survives_and_the_batch_finishes_in_bounded_time(batch):
+    mode, (ran, results, _, seconds) = batch
+    assert ran["code"] == 0, ran["stderr"]
+    assert ran["uid"] == (0 if mode == "root" else 65534)
+    assert len(results) == 2 + len(attacks.SOURCES)
+    assert seconds < 600
+
+
+def test_well_behaved_submissions_of_the_same_batch_keep_full_marks(batch):
+    _, (_, results, _, _) = batch
+    for name in ("reference", "other"):
+        assert results[name]["score"] == results[name]["max_score"] > 0, name
+
+
+def test_no_marker_of_escape_appears_outside_and_no_process_outlives_grading(batch):
+    _, (ran, _, escaped, _) = batch
+    assert escaped == []
+    assert ran["alive"] == []
+
+
+def test_every_protection_is_in_force(batch):
+    _, (ran, results, _, _) = batch
+    assert "WARNING" not in ran["stderr"]
+    assert "WARNING" not in results["reference"]["output"]
+
+
+@pytest.mark.parametrize("name", sorted(attacks.CLEAN))
+def test_a_probe_finds_nothing_outside_its_sandbox(batch, name):
+    _, (_, results, _, _) = batch
+    assert attacks.report(results[name]) == attacks.CLEAN[name]
+
+
+def test_unmounting_everything_reveals_nothing(batch):
+    _, (_, results, _, _) = batch
+    assert attacks.report(results["umount_then_walk"])["found"] == []
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("hang", "timeout"), ("memory_bomb", "can't allocate memory"), ("exit", "crashed"), ("system_exit", "SystemExit"),
+    ("import_crash", "this submission fails at import"), ("output_flood", "more bytes of output not shown"),
+])
+def test_a_harmful_submission_fails_its_checks_with_a_clear_reason(batch, name, reason):
+    _, (_, results, _, _) = batch
+    text = results[name]["output"] + "".join(t["output"] for t in results[name]["tests"])
+    assert reason in text
+    assert results[name]["score"] < results["reference"]["score"]
+
+
+def test_a_rigged_tensor_subclass_is_judged_by_its_values_and_never_unpickled(batch):
+    _, (_, results, escaped, _) = batch
+    softmax = [t for t in results["rigged_subclass"]["tests"] if "/softmax" in t["name"] or "softmax" in t["name"]]
+    assert softmax and all(t["status"] == "failed" for t in softmax if not t["name"].endswith("/backward"))
+    assert escaped == []
+
+
+def test_the_walk_probe_finds_the_case_files_where_nothing_hides_them():
+    scope = {}
+    exec(attacks.WALK.replace("@MARK@", "unused").replace("@CHECKOUT@", str(ROOT)).replace("@OUT@", "/nonexistent"),
+         scope)
+    found = scope["walk"](str(ROOT))
+    assert any(p.endswith("001_self_attention.yaml") for p in found) and f"{ROOT}/cases" in found
