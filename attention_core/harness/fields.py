@@ -7,6 +7,7 @@ inside the field's text where one is known; the loader turns it into the file's 
 """
 
 import ast
+import difflib
 import functools
 import math
 import re
@@ -110,6 +111,10 @@ def parse_expression(source, *, graded=False):
         hint = ""
         if called and called.group(1) in SPEC_FUNCTIONS:
             hint = "; spec functions are graded, and are called only in a check's 'call'"
+        elif called:
+            known = [*SPEC_FUNCTIONS] if graded else list(expr.BUILTINS)
+            close = difflib.get_close_matches(called.group(1), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
         raise FieldError(f"`{quote(source, 60)[1:-1]}`: {quote(err.message, 200)[1:-1]}{hint}",
                          line=1 if err.column else None, column=err.column) from None
 
