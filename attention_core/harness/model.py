@@ -208,6 +208,7 @@ class _Expectation(Node):
     """What one output, input or expression over them must be; its ``target`` is set by the check."""
 
     note: str | None = None
+    pending: Flag = False  # pasted from a notebook; the check is not yet known to compute it
     _target: str = PrivateAttr("")
     _expr: Any = PrivateAttr(None)
 
@@ -243,7 +244,6 @@ class PrintedExpectation(_Tolerances):
     what: ClassVar[str] = "a printed expectation"
     partial: Flag = False  # before printed: the text is read with it
     printed: Annotated[object, Field(json_schema_extra={"type": "string"})]
-    pending: Flag = False  # pasted from a notebook; the check is not yet known to compute it
     recorded: Text | None = None  # how ``record`` computed it: unreviewed until the mark is removed
 
     @field_validator("printed", mode="before")
@@ -411,7 +411,7 @@ def waiting(check):
     for e in check.expectations:
         if e.kind == "missing":
             left.append((e.line, f"no expectation for {e.target!r} yet (record fills it in)"))
-        elif e.kind == "printed" and e.pending:
+        elif e.pending:
             left.append((e.line, f"the expectation for {e.target!r} is pending: write the check's computation, "
                                  f"then remove 'pending'"))
     return left
