@@ -261,6 +261,9 @@ _DRAW_SCHEMAS = {
                           "required": ["in_features", "out_features"], "additionalProperties": False}]},
 }
 _DRAW_SCHEMAS["rand"] = _DRAW_SCHEMAS["randn"]
+_DRAW_SCHEMAS["dropout"] = {"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                                             "shape": _SIZE},
+                            "required": ["p", "shape"], "additionalProperties": False}
 
 
 def Draw(kind):  # noqa: N802 (a type, spelled as one)

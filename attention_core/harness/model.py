@@ -180,7 +180,12 @@ class LinearInput(DrawInput):
     linear: Draw("linear")
 
 
-DRAWS = (RandnInput, RandInput, RandintInput, EmbeddingInput, LinearInput)
+class DropoutInput(DrawInput):
+    draw: ClassVar[str] = "dropout"
+    dropout: Draw("dropout")
+
+
+DRAWS = (RandnInput, RandInput, RandintInput, EmbeddingInput, LinearInput, DropoutInput)
 
 
 def _input_short(value):
