@@ -214,6 +214,7 @@ class _Expectation(Node):
 
     note: str | None = None
     pending: Flag = False  # pasted from a notebook; the check is not yet known to compute it
+    recorded: Text | None = None  # how ``record`` computed it: unreviewed until the mark is removed
     _target: str = PrivateAttr("")
     _expr: Any = PrivateAttr(None)
 
@@ -249,7 +250,6 @@ class PrintedExpectation(_Tolerances):
     what: ClassVar[str] = "a printed expectation"
     partial: Flag = False  # before printed: the text is read with it
     printed: Annotated[object, Field(json_schema_extra={"type": "string"})]
-    recorded: Text | None = None  # how ``record`` computed it: unreviewed until the mark is removed
 
     @field_validator("printed", mode="before")
     @classmethod
