@@ -105,7 +105,7 @@ def parse_expression(source, *, graded=False):
     if not isinstance(source, str):
         raise FieldError(f"expected an expression as text, got {quote(source)}")
     try:
-        return expr.parse(source, extra_functions=SPEC_FUNCTIONS if graded else ())
+        return _parsed_expression(source, graded)
     except expr.ExprError as err:
         called = re.search(r"unknown function '(\w+)'", err.message)
         hint = ""
@@ -117,6 +117,12 @@ def parse_expression(source, *, graded=False):
             hint = f"; did you mean {close[0]!r}?" if close else ""
         raise FieldError(f"`{quote(source, 60)[1:-1]}`: {quote(err.message, 200)[1:-1]}{hint}",
                          line=1 if err.column else None, column=err.column) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_expression(source, graded):
+    """One parse per text: an Expr is immutable, and case files repeat their expressions and targets."""
+    return expr.parse(source, extra_functions=SPEC_FUNCTIONS if graded else ())
 
 
 def spec_function(parsed):
