@@ -1,14 +1,16 @@
-"""Command line: ``python -m attention_core [check|inventory|template|grade]``.
+"""Command line: ``python -m attention_core [check|inventory|template|grade|lint|import|record|new]``.
 
 ``check`` (the default) runs every case of the case folder on the reference core, on the CPU
 and on CUDA when there is one, and prints a table of checks passed, failed and skipped per
 document. ``template`` prints the hand-out for students; ``grade`` grades their submissions.
+``lint``, ``import``, ``record`` and ``new`` write and check case files (``authoring/commands.py``).
 """
 
 import argparse
 import sys
 from pathlib import Path
 
+from attention_core.authoring.commands import AUTHORING, add_authoring_commands
 from attention_core.harness import inventory, runner
 from attention_core.harness.cases import load_folder
 from attention_core.harness.devices import DEVICES, covered, skip_reason
@@ -45,7 +47,10 @@ def main(argv=None):
                        help="seconds one submission may take in all (default 60)")
     grade.add_argument("--gradient-points", type=float, default=1.0, metavar="P",
                        help="points of each backward (gradient and side-effect) check; 0 switches them off (default 1)")
+    add_authoring_commands(commands, common)
     args = parser.parse_args(argv)
+    if args.command in AUTHORING:
+        return AUTHORING[args.command](args)
     if args.command == "template":
         from attention_core.grading.template import template  # noqa: PLC0415 (grading loads only when asked)
         print(template(), end="")
@@ -155,9 +160,10 @@ class Shown:
 
 
 # The table's columns: the first three stay as they are; later ones are added after them.
-COLUMNS = ("passed", "failed", "skipped", "errors")
+COLUMNS = ("passed", "failed", "skipped", "errors", "pending")
 _COLUMN = {Status.PASSED: "passed", Status.FAILED: "failed", Status.NOT_IMPLEMENTED: "failed",
-           Status.IMPLEMENTATION_ERROR: "failed", Status.CASE_ERROR: "errors", Status.HARNESS_ERROR: "errors"}
+           Status.IMPLEMENTATION_ERROR: "failed", Status.CASE_ERROR: "errors", Status.HARNESS_ERROR: "errors",
+           Status.PENDING: "pending"}
 
 
 def _print_table(rows, out):

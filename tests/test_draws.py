@@ -1,5 +1,7 @@
 """Seeded streams: each draw equals the torch call it stands for after torch.manual_seed."""
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -87,3 +89,44 @@ def test_bad_draw_arguments_are_refused_with_the_reason(kind, args, message):
     with pytest.raises(ValueError) as err:
         check_spec(kind, args)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(("seed", "p", "shape"), [(123, 0.5, [6, 6]), (0, 0.1, [3, 5]), (7, 0.9, [2, 3, 4])])
+def test_a_dropout_keep_mask_is_what_nn_dropout_draws(seed, p, shape):
+    (keep,) = _stream(seed, ("dropout", {"p": p, "shape": shape}))
+    torch.manual_seed(seed)
+    dropped = nn.Dropout(p)(torch.ones(shape))  # a module is in training mode when made
+    assert keep.dtype == torch.float32 and set(keep.unique().tolist()) <= {0.0, 1.0}
+    assert torch.equal(keep / (1 - p), dropped)
+
+
+def test_the_dropout_draw_reproduces_the_tutorials_print_and_continues_the_stream():
+    keep, after = _stream(123, ("dropout", {"p": 0.5, "shape": [6, 6]}), ("rand", [2]))
+    # nn.Dropout(0.5) applied to torch.ones(6, 6) after torch.manual_seed(123), as printed by torch 2.x.
+    torch.manual_seed(123)
+    printed = nn.Dropout(0.5)(torch.ones(6, 6))
+    assert (keep * 2).tolist() == printed.tolist()
+    assert torch.equal(after, torch.rand(2))  # the draw takes from the stream exactly what dropout takes
+
+
+def test_a_case_with_a_dropout_draw_checks_nn_dropouts_output(tmp_path):
+    from attention_core.harness import runner  # noqa: PLC0415
+    torch.manual_seed(123)
+    printed = str(nn.Dropout(0.5)(torch.ones(6, 6)))
+    (tmp_path / "dropout.yaml").write_text(
+        "document: {title: Dropout}\ncases:\n  - id: dropout\n    seed: 123\n"
+        "    inputs: {keep: {dropout: {p: 0.5, shape: [6, 6]}}}\n"
+        "    checks:\n      - id: dropped\n        expr: ones(6, 6) * keep / (1 - 0.5)\n        expect:\n"
+        "          out: |\n" + "".join(f"            {line}\n" for line in printed.split("\n")), encoding="utf-8")
+    (item,) = runner.collect(tmp_path)
+    assert runner.run(item).passed, runner.run(item).report
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"p": 1, "shape": [2]}, "dropout: p must be a number from 0 to below 1"),
+    ({"p": 0.5}, "dropout takes a mapping {p: 0.5, shape: [6, 6]} (p and shape), got p"),
+    ({"p": 0.5, "shape": [-1]}, "dropout: size must be a list of whole numbers"),
+])
+def test_bad_dropout_arguments_say_what_to_write(args, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_spec("dropout", args)

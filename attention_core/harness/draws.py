@@ -13,8 +13,8 @@ import torch
 
 from attention_core.harness.text import shorten as _short
 
-KINDS = ("randn", "rand", "randint", "embedding", "linear")
-FLOATING = ("randn", "rand", "embedding", "linear")  # drawn in a floating dtype
+KINDS = ("randn", "rand", "randint", "embedding", "linear", "dropout")
+FLOATING = ("randn", "rand", "embedding", "linear", "dropout")  # drawn in a floating dtype
 MAX_ELEMENTS = 2**26
 
 
@@ -28,7 +28,9 @@ def draw(kind, spec, generator, dtype):
         dtype: the floating dtype the document drew in.
 
     Returns:
-        A tensor, or for ``linear`` a record with ``weight`` ``(out, in)`` and ``bias`` ``(out,)``.
+        A tensor, or for ``linear`` a record with ``weight`` ``(out, in)`` and ``bias`` ``(out,)``;
+        for ``dropout`` the keep mask (1 kept, 0 dropped) that ``nn.Dropout(p)`` draws for an input
+        of that shape.
     """
     if kind == "randn":
         return torch.randn(spec["size"], generator=generator, dtype=dtype)
@@ -36,6 +38,9 @@ def draw(kind, spec, generator, dtype):
         return torch.rand(spec["size"], generator=generator, dtype=dtype)
     if kind == "randint":
         return torch.randint(spec["low"], spec["high"], tuple(spec["size"]), generator=generator)
+    if kind == "dropout":
+        # nn.Dropout(p) on the CPU: empty_like(input).bernoulli_(1 - p), then input * mask / (1 - p).
+        return torch.empty(spec["size"], dtype=dtype).bernoulli_(1 - spec["p"], generator=generator)
     if kind == "embedding":
         # nn.Embedding initialises its weight with normal_(0, 1): the randn stream.
         return torch.randn(spec["num_embeddings"], spec["embedding_dim"], generator=generator, dtype=dtype)
@@ -62,6 +67,8 @@ def check_spec(kind, args, *, limit=MAX_ELEMENTS):
     if kind in ("randn", "rand"):
         size = args.get("size") if isinstance(args, dict) else args
         return {"size": _size(size, kind, limit)}
+    if kind == "dropout":
+        return _dropout(args, limit)
     names = {
         "randint": ("low", "high", "size"),
         "embedding": ("num_embeddings", "embedding_dim"),
@@ -98,6 +105,18 @@ def check_spec(kind, args, *, limit=MAX_ELEMENTS):
     if kind in sizes and math.prod(args[n] for n in sizes[kind]) > limit:
         raise ValueError(f"{kind}: more than {_count(limit)} elements")
     return args
+
+
+def _dropout(args, limit):
+    """``{p: 0.5, shape: [6, 6]}``: the probability of dropping an element, and the input's shape."""
+    if not isinstance(args, dict) or set(args) != {"p", "shape"}:
+        got = ", ".join(sorted(map(str, args))) if isinstance(args, dict) else _short(args)
+        raise ValueError(f"dropout takes a mapping {{p: 0.5, shape: [6, 6]}} (p and shape), got {got}")
+    p = args["p"]
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
+        raise ValueError(f"dropout: p must be a number from 0 to below 1 (the chance an element is dropped), "
+                         f"got {_short(p)}")
+    return {"p": float(p), "size": _size(args["shape"], "dropout", limit)}
 
 
 def _size(size, kind, limit):

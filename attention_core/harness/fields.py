@@ -7,6 +7,7 @@ inside the field's text where one is known; the loader turns it into the file's 
 """
 
 import ast
+import difflib
 import functools
 import math
 import re
@@ -104,14 +105,24 @@ def parse_expression(source, *, graded=False):
     if not isinstance(source, str):
         raise FieldError(f"expected an expression as text, got {quote(source)}")
     try:
-        return expr.parse(source, extra_functions=SPEC_FUNCTIONS if graded else ())
+        return _parsed_expression(source, graded)
     except expr.ExprError as err:
         called = re.search(r"unknown function '(\w+)'", err.message)
         hint = ""
         if called and called.group(1) in SPEC_FUNCTIONS:
             hint = "; spec functions are graded, and are called only in a check's 'call'"
+        elif called:
+            known = [*SPEC_FUNCTIONS] if graded else list(expr.BUILTINS)
+            close = difflib.get_close_matches(called.group(1), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
         raise FieldError(f"`{quote(source, 60)[1:-1]}`: {quote(err.message, 200)[1:-1]}{hint}",
                          line=1 if err.column else None, column=err.column) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_expression(source, graded):
+    """One parse per text: an Expr is immutable, and case files repeat their expressions and targets."""
+    return expr.parse(source, extra_functions=SPEC_FUNCTIONS if graded else ())
 
 
 def spec_function(parsed):
@@ -256,6 +267,9 @@ _DRAW_SCHEMAS = {
                           "required": ["in_features", "out_features"], "additionalProperties": False}]},
 }
 _DRAW_SCHEMAS["rand"] = _DRAW_SCHEMAS["randn"]
+_DRAW_SCHEMAS["dropout"] = {"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                                             "shape": _SIZE},
+                            "required": ["p", "shape"], "additionalProperties": False}
 
 
 def Draw(kind):  # noqa: N802 (a type, spelled as one)

@@ -15,7 +15,11 @@ from attention_core.harness.model import DrawInput, ExprInput, LiteralInput, Num
 
 
 class InputError(ValueError):
-    """An input that could not be made, named with its line."""
+    """An input that could not be made, named with its line (``line``)."""
+
+    def __init__(self, message, line=0):
+        super().__init__(message)
+        self.line = line
 
 
 class BudgetError(ValueError):
@@ -37,7 +41,7 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
         try:
             value = _make(item, scope, generator, case.dtype, device, dtype, perturb, budget)
         except Exception as err:
-            raise InputError(f"input {name!r} (line {item.line}): {err}") from err
+            raise InputError(f"input {name!r} (line {item.line}): {err}", item.line) from err
         total += _elements(value)
         if total > MAX_CASE_ELEMENTS:
             raise BudgetError(f"input {name!r} (line {item.line}) takes the case's inputs to {total} elements; "

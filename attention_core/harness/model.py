@@ -180,7 +180,12 @@ class LinearInput(DrawInput):
     linear: Draw("linear")
 
 
-DRAWS = (RandnInput, RandInput, RandintInput, EmbeddingInput, LinearInput)
+class DropoutInput(DrawInput):
+    draw: ClassVar[str] = "dropout"
+    dropout: Draw("dropout")
+
+
+DRAWS = (RandnInput, RandInput, RandintInput, EmbeddingInput, LinearInput, DropoutInput)
 
 
 def _input_short(value):
@@ -208,6 +213,8 @@ class _Expectation(Node):
     """What one output, input or expression over them must be; its ``target`` is set by the check."""
 
     note: str | None = None
+    pending: Flag = False  # pasted from a notebook; the check is not yet known to compute it
+    recorded: Text | None = None  # how ``record`` computed it: unreviewed until the mark is removed
     _target: str = PrivateAttr("")
     _expr: Any = PrivateAttr(None)
 
@@ -274,7 +281,17 @@ class OracleExpectation(_Tolerances):
     oracle: Expression
 
 
+class MissingExpectation(_Expectation):
+    """``out:`` with no value: nothing expected yet (``record`` fills it in)."""
+
+    kind: ClassVar[str] = "missing"
+    what: ClassVar[str] = "a missing expectation"
+    missing: Literal[True] = True
+
+
 def _expectation_short(value):
+    if value is None:
+        return {"missing": True}
     if isinstance(value, str):
         return {"shape": value} if looks_like_size(value) else {"printed": value}
     if isinstance(value, (list, int, float)):  # a bool too
@@ -282,10 +299,11 @@ def _expectation_short(value):
     return value
 
 
-Expectation = union((PrintedExpectation, ValuesExpectation, ShapeExpectation, OracleExpectation),
-                     ("printed", "values", "shape", "oracle"),
+Expectation = union((PrintedExpectation, ValuesExpectation, ShapeExpectation, OracleExpectation, MissingExpectation),
+                     ("printed", "values", "shape", "oracle", "missing"),
                      "an expectation", _expectation_short,
                      {"type": "string", "description": "torch's printed text, or torch.Size([...])"},
+                     {"type": "null", "description": "nothing expected yet: record fills it in"},
                      NUMBERS_SCHEMA)
 
 
@@ -379,8 +397,29 @@ class ExprCheck(_Check):
     expr: Expression
 
 
-Check = union((CallCheck, ExprCheck), ("call", "expr"),
+class PendingCheck(_Check):
+    """``pending: what is left to write``: a draft whose computation (``call`` or ``expr``) is not written yet."""
+
+    kind: ClassVar[str] = "pending"
+    function: ClassVar[None] = None
+    expr: ClassVar[None] = None
+    pending: Text
+
+
+Check = union((CallCheck, ExprCheck, PendingCheck), ("call", "expr", "pending"),
                "a check", lambda value: value)
+
+
+def waiting(check):
+    """(line, what is left) for each part of ``check`` that is still a draft; empty for a finished check."""
+    left = [(check.line, f"check {check.id!r} is pending: {check.pending}")] if check.kind == "pending" else []
+    for e in check.expectations:
+        if e.kind == "missing":
+            left.append((e.line, f"no expectation for {e.target!r} yet (record fills it in)"))
+        elif e.pending:
+            left.append((e.line, f"the expectation for {e.target!r} is pending: write the check's computation, "
+                                 f"then remove 'pending'"))
+    return left
 
 
 # ---------------------------------------------------------------- cases and files

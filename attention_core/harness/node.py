@@ -7,6 +7,7 @@ of its own a mapping has, with the short forms a file may write instead (normali
 validation, and described in the JSON Schema).
 """
 
+import functools
 from typing import Annotated, ClassVar, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, PrivateAttr, Tag, model_validator
@@ -50,8 +51,19 @@ def _error(kind, message, **context):
     return PydanticCustomError(kind, "{message}", {"message": message, **context})
 
 
+@functools.cache
 def _keys(cls):
-    return [field.alias or name for name, field in cls.model_fields.items()]
+    return tuple(field.alias or name for name, field in cls.model_fields.items())
+
+
+@functools.cache
+def _fields(cls):
+    return tuple(cls.model_fields)
+
+
+@functools.cache
+def _required(cls):
+    return tuple(k for k in _keys(cls) if cls.model_fields[k].is_required())
 
 
 def _check_keys(cls, data):
@@ -60,7 +72,7 @@ def _check_keys(cls, data):
     if unknown:
         raise _error("unknown_key", f"unknown key {quote(unknown[0])} in {cls.what}; expected one of "
                                     f"{', '.join(sorted(allowed))}{_hint(unknown)}", key=unknown[0])
-    missing = [k for k in allowed if cls.model_fields[k].is_required() and k not in data]
+    missing = [k for k in _required(cls) if k not in data]
     if missing:
         raise _error("missing_key", f"{cls.what} is missing {', '.join(map(repr, missing))}")
 
@@ -73,7 +85,7 @@ def _hint(unknown):
 
 def _place_children(made, data):
     """Give each child the line its value starts on (a short form has no line of its own)."""
-    for name in type(made).model_fields:
+    for name in _fields(type(made)):
         value, raw = getattr(made, name), data.get(name)
         if isinstance(value, Node) and hasattr(data, "value_lines"):
             value._line = data.value_lines[name]

@@ -11,6 +11,8 @@ The statuses, in the words every report uses:
 * ``timeout``: grading only: the implementation did not return within its time limit (and the
   function is not called again for that submission).
 * ``harness error``: a bug of the harness itself, never a failed check.
+* ``pending``: the check is a draft: its computation or an expectation is still to be written
+  (or recorded); never counted as passed.
 """
 
 import enum
@@ -32,6 +34,7 @@ class Status(enum.Enum):
     IMPLEMENTATION_ERROR = "implementation error"
     TIMEOUT = "timeout"
     HARNESS_ERROR = "harness error"
+    PENDING = "pending"
 
     def __str__(self):
         return self.value

@@ -94,7 +94,8 @@ def _check(check, at, inputs, case_source, case_points, case_visibility):
     clash = [n for n in returns if n in inputs]
     if clash:
         raise Misplaced((*at, "returns"), f"'returns' name {quote(clash[0])} is already an input's name")
-    _defined(check.expr, inputs, (*at, check.kind), check.kind)
+    if check.expr is not None:  # a pending check's computation is not written yet
+        _defined(check.expr, inputs, (*at, check.kind), check.kind)
     scope = inputs | set(returns)
     for target, expectation in check.expect.items():
         where = (*at, "expect", target)

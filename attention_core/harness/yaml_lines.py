@@ -13,7 +13,9 @@ from attention_core.harness.text import escape, shorten
 
 MAX_NODES = 10**6  # nodes of the document with every alias expanded
 MAX_BYTES = 2**24  # a case file of 16 MiB is far past any document's worked examples
-_MERGE = "tag:yaml.org,2002:merge"
+_MERGE, _STR = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:str"
+_SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+_PLAIN, _PLAIN_SIZE = {}, 2**16  # a plain scalar's text -> its value (numbers, booleans, null, text)
 
 
 class CaseError(Exception):
@@ -66,55 +68,169 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                                                             f"{shorten(str(err))}", column=node.start_mark.column + 1)
 
 
-def _content_at(loader, node):
-    """(line, column) of a node's first character of content; a block scalar's starts on the next line."""
-    line, column = node.start_mark.line + 1, node.start_mark.column + 1
-    if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+def _content_at(loader, event, scalar):
+    """(line, column) of a value's first character of content; a block scalar's starts on the next line."""
+    line, column = event.start_mark.line + 1, event.start_mark.column + 1
+    style = event.style if scalar else None
+    if style in ("|", ">"):
         text = loader.text_lines[line + 1] if line + 1 < len(loader.text_lines) else ""
         return line + 1, len(text) - len(text.lstrip(" ")) + 1
-    if isinstance(node, yaml.ScalarNode) and node.style in ("'", '"'):
+    if style in ("'", '"'):
         return line, column + 1
     return line, column
 
 
-def _key(loader, key_node):
-    key = loader.construct_object(key_node, deep=True)
-    if not isinstance(key, (str, int, float, bool)) and key is not None:
-        raise CaseError(None, key_node.start_mark.line + 1, "a mapping key must be a plain word",
-                        column=key_node.start_mark.column + 1)
-    return key
+class _Builder:
+    """Map, Seq and scalars straight from the parser's events, in one pass.
+
+    Depth and size are counted as the events come, so a document nested past MAX_DEPTH or whose
+    aliases expand it past MAX_NODES is refused before anything deeper is read. An alias is the
+    value its anchor made (shared, never copied); its size counts at every place it is used.
+    """
+
+    def __init__(self, loader):
+        self.loader, self.anchors, self.open = loader, {}, set()
+
+    def document(self):
+        loader = self.loader
+        loader.get_event()  # the stream's start
+        if loader.check_event(yaml.StreamEndEvent):
+            loader.get_event()
+            return None
+        start = loader.get_event()
+        value, _ = self.value(loader.get_event(), 1)
+        loader.get_event()  # the document's end
+        if not loader.check_event(yaml.StreamEndEvent):
+            raise yaml.composer.ComposerError("expected a single document in the stream", start.start_mark,
+                                              "but found another document", loader.get_event().start_mark)
+        return value
+
+    def value(self, event, depth):
+        """(value, size) of the node that ``event`` starts; reads the events up to its end."""
+        if isinstance(event, yaml.AliasEvent):
+            return self.alias(event)
+        if isinstance(event, yaml.ScalarEvent):
+            made = (self.scalar(event), 1)
+        else:
+            if depth > MAX_DEPTH:
+                raise _at(event, f"the YAML nests deeper than {MAX_DEPTH} levels")
+            if event.tag not in (None, "!", _SEQ, _MAP):
+                raise _at(event, f"unknown YAML tag {shorten(event.tag)!r}: a case file is plain YAML, without tags")
+            if event.anchor is not None:
+                self.open.add(event.anchor)
+            made = (self.mapping if isinstance(event, yaml.MappingStartEvent) else self.sequence)(event, depth)
+            if made[1] > MAX_NODES:
+                raise _at(event, f"YAML aliases expand this value to more than {MAX_NODES} values; the limit is "
+                                 f"{MAX_NODES} for a whole file")
+            self.open.discard(event.anchor)
+        if event.anchor is not None:
+            self.anchors[event.anchor] = made
+        return made
+
+    def alias(self, event):
+        if event.anchor in self.open:
+            raise _at(event, "a YAML alias refers to a node that contains it")
+        if event.anchor not in self.anchors:
+            raise yaml.composer.ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+        return self.anchors[event.anchor]
+
+    def scalar(self, event):
+        tag, text = event.tag, event.value
+        if tag is None and not event.implicit[0]:
+            return text  # quoted: text
+        plain = tag is None
+        if plain and text in _PLAIN:
+            return _PLAIN[text]
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(yaml.ScalarNode, text, event.implicit)
+        if tag == _STR:
+            value = text
+        else:
+            value = self.loader.construct_object(yaml.ScalarNode(tag, text, event.start_mark, event.end_mark,
+                                                                 event.style), deep=True)
+        if plain:  # a plain scalar's value depends on its text alone: read each text once
+            if len(_PLAIN) >= _PLAIN_SIZE:
+                _PLAIN.clear()
+            _PLAIN[text] = value
+        return value
+
+    def sequence(self, event, depth):
+        result, size = Seq(), 1
+        result.line, result.column = event.start_mark.line + 1, event.start_mark.column + 1
+        loader = self.loader
+        while not loader.check_event(yaml.SequenceEndEvent):
+            item = loader.get_event()
+            value, n = self.value(item, depth + 1)
+            result.append(value)
+            line, column = _content_at(loader, item, isinstance(item, yaml.ScalarEvent))
+            result.item_lines.append(line)
+            result.item_cols.append(column)
+            size += n
+        loader.get_event()
+        return result, size
+
+    def mapping(self, event, depth):
+        result, size, merged = Map(), 1, []
+        result.line, result.column = event.start_mark.line + 1, event.start_mark.column + 1
+        loader = self.loader
+        while not loader.check_event(yaml.MappingEndEvent):
+            key_event = loader.get_event()
+            if not isinstance(key_event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                raise _at(key_event, "a mapping key must be a plain word")
+            is_merge = isinstance(key_event, yaml.ScalarEvent) and key_event.value == "<<" and key_event.tag is None \
+                and loader.resolve(yaml.ScalarNode, "<<", key_event.implicit) == _MERGE
+            key, n = (None, 1) if is_merge else self.value(key_event, depth + 1)
+            value_event = loader.get_event()
+            value, m = self.value(value_event, depth + 1)
+            size += n + m
+            if is_merge:
+                merged += _merged(value, value_event)
+                continue
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise _at(key_event, "a mapping key must be a plain word")
+            if key in result:  # merged pairs join after the mapping's own
+                raise _at(key_event, f"duplicate key {shorten(key)!r}")
+            result[key] = value
+            result.key_lines[key], result.key_cols[key] = _content_at(loader, key_event, True)
+            result.value_lines[key], result.value_cols[key] = _content_at(
+                loader, value_event, isinstance(value_event, yaml.ScalarEvent))
+        loader.get_event()
+        _merge(result, merged)
+        return result, size
 
 
-def _construct_map(loader, node):
-    own = [(k, v) for k, v in node.value if k.tag != _MERGE]
-    loader.flatten_mapping(node)  # puts the merged pairs first
-    merged = node.value[:len(node.value) - len(own)]
-    result = Map()
-    result.line, result.column = node.start_mark.line + 1, node.start_mark.column + 1
-    seen = set()
-    for pairs, overridden in ((merged, True), (own, False)):
-        for key_node, value_node in pairs:
-            key = _key(loader, key_node)
-            if not overridden:  # a merge key's pairs give way to the mapping's own (YAML's merge rule)
-                if key in seen:
-                    raise CaseError(None, key_node.start_mark.line + 1, f"duplicate key {shorten(key)!r}",
-                                    column=key_node.start_mark.column + 1)
-                seen.add(key)
-            result[key] = loader.construct_object(value_node, deep=True)
-            result.key_lines[key], result.key_cols[key] = _content_at(loader, key_node)
-            result.value_lines[key], result.value_cols[key] = _content_at(loader, value_node)
-    return result
+def _merged(value, event):
+    """The mappings a merge key (``<<: *base`` or ``<<: [*a, *b]``) copies, the first one winning."""
+    maps = value if isinstance(value, Seq) else [value]
+    if not all(isinstance(m, Map) for m in maps):
+        raise _at(event, "a merge key ('<<') takes a mapping or a list of mappings")
+    return maps
 
 
-def _construct_seq(loader, node):
-    result = Seq()
-    result.line, result.column = node.start_mark.line + 1, node.start_mark.column + 1
-    for item in node.value:
-        result.append(loader.construct_object(item, deep=True))
-        line, column = _content_at(loader, item)
-        result.item_lines.append(line)
-        result.item_cols.append(column)
-    return result
+def _merge(result, merged):
+    """Give ``result`` the pairs of ``merged`` that it does not write itself (YAML's merge rule), first."""
+    if not merged:
+        return
+    own = dict(result)
+    places = (result.key_lines, result.key_cols, result.value_lines, result.value_cols)
+    own_places = [dict(p) for p in places]
+    result.clear()
+    for p in places:
+        p.clear()
+    for source in merged:
+        for key, value in source.items():
+            if key not in result and key not in own:
+                result[key] = value
+                for mine, theirs in zip(places, (source.key_lines, source.key_cols, source.value_lines,
+                                                 source.value_cols)):
+                    mine[key] = theirs[key]
+    result.update(own)
+    for mine, kept in zip(places, own_places):
+        mine.update(kept)
+
+
+def _at(event, message):
+    return CaseError(None, event.start_mark.line + 1, message, column=event.start_mark.column + 1)
 
 
 def _unknown_tag(loader, node):
@@ -133,8 +249,6 @@ _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in _Loader.yaml_implicit_resolvers.items()
 }
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_seq)
 _Loader.add_constructor(None, _unknown_tag)
 
 
@@ -167,12 +281,7 @@ def parse(text):
     loader = _Loader(text)
     loader.text_lines = ("", *text.split("\n"))  # 1-based
     try:
-        _check_depth(text)
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_size(node)
-        return loader.construct_document(node)
+        return _Builder(loader).document()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         problem = " ".join(p for p in (err.context, err.problem) if p)
@@ -184,51 +293,6 @@ def parse(text):
         raise CaseError(None, 1, "the file could not be read: nested too deeply") from None
     finally:
         loader.dispose()
-
-
-def _check_depth(text):
-    """Refuse nesting deeper than MAX_DEPTH before composing (libyaml's composer recurses without a limit)."""
-    scanner, depth = _Loader(text), 0
-    try:
-        while scanner.check_event():
-            event = scanner.get_event()
-            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise CaseError(None, event.start_mark.line + 1, f"the YAML nests deeper than {MAX_DEPTH} levels",
-                                    column=event.start_mark.column + 1)
-            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-                depth -= 1
-    finally:
-        scanner.dispose()
-
-
-def _check_size(root):
-    """Refuse a document whose aliases expand it past MAX_NODES nodes, at the innermost node that does."""
-    sizes = {}
-
-    def size(node):
-        known = sizes.get(id(node), 0)
-        if known is None:
-            raise CaseError(None, node.start_mark.line + 1, "a YAML alias refers to a node that contains it",
-                            column=node.start_mark.column + 1)
-        if known:
-            return known
-        sizes[id(node)] = None
-        if isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(item) for item in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
-        else:
-            total = 1
-        if total > MAX_NODES:
-            raise CaseError(None, node.start_mark.line + 1, f"YAML aliases expand this value to more than {MAX_NODES} "
-                                                            f"values; the limit is {MAX_NODES} for a whole file",
-                            column=node.start_mark.column + 1)
-        sizes[id(node)] = total
-        return total
-
-    size(root)
 
 
 def locate(tree, loc, *, key=False):

@@ -1,0 +1,1 @@
+"""Writing cases: a notebook imported as a draft, lint, record, and a new file's skeleton."""

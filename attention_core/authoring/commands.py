@@ -1,0 +1,112 @@
+"""The authoring commands of the command line: ``lint``, ``import``, ``record`` and ``new``.
+
+Each command's options are declared here and each calls one library function; ``cli.py``
+adds the parsers and dispatches to :data:`AUTHORING`.
+"""
+
+import sys
+from pathlib import Path
+
+from attention_core.harness import runner
+
+
+def add_authoring_commands(commands, common):
+    """Add the authoring subcommands to ``commands`` (argparse's subparsers)."""
+    lint = commands.add_parser("lint", parents=[common], help="check case files without running them: "
+                                                                "every finding as file:line:col")
+    lint.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                      help="case files or folders (default: the case folder)")
+    imported = commands.add_parser("import", help="write a draft case file from a notebook's printed tensors "
+                                                  "(.ipynb, or exported as text); nothing is executed")
+    imported.add_argument("notebook", type=Path, metavar="NOTEBOOK")
+    imported.add_argument("--out", type=Path, required=True, metavar="FILE", help="the draft case file to write")
+    imported.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    recorded = commands.add_parser("record", help="fill the expectations a case file leaves empty, by torch's own "
+                                                  "functions in float64, marked 'recorded' until reviewed")
+    recorded.add_argument("file", type=Path, metavar="FILE")
+    recorded.add_argument("--case", default=None, metavar="ID", help="only this case")
+    new = commands.add_parser("new", parents=[common], help="write a commented skeleton to cases/NAME.yaml")
+    new.add_argument("name", metavar="NAME", help="the file's name, without .yaml (letters, digits, _ and -)")
+
+
+def lint_command(args, out=None):
+    """Print every finding; 1 when any is an error, else 0 (pending and recorded are warnings)."""
+    from attention_core.authoring.lint import lint  # noqa: PLC0415 (loads only when asked)
+    out = out or sys.stdout
+    findings = lint(args.paths, default_folder=getattr(args, "cases", None) or runner.default_cases_folder())
+    for finding in findings:
+        print(finding, file=out)
+    errors = sum(f.severity == "error" for f in findings)
+    print(f"{errors} error{'s' * (errors != 1)}, {len(findings) - errors} warning{'s' * (len(findings) - errors != 1)}",
+          file=out)
+    return 1 if errors else 0
+
+
+def import_command(args, out=None):
+    """Write the draft; 2 when the notebook cannot be read or the file exists (without --force)."""
+    from attention_core.authoring.drafts import import_notebook  # noqa: PLC0415
+    out = out or sys.stdout
+    refused = _refused(args.out, args.force)
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
+    try:
+        cases, prints = import_notebook(args.notebook, args.out, schema=_schema())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        print(f"{args.notebook}: cannot be read as a notebook: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {cases} draft cases, {prints} pending expectations (python -m attention_core lint "
+          f"{args.out} lists what is left)", file=out)
+    return 0
+
+
+def record_command(args, out=None):
+    """Record; 2 when the file does not load or has no such case."""
+    from attention_core.authoring.record import RecordError, pending_checks, record  # noqa: PLC0415
+    out = out or sys.stdout
+    if not args.file.is_file():
+        print(f"{args.file}: no such file", file=sys.stderr)
+        return 2
+    try:
+        written = record(args.file, case_id=args.case)
+    except RecordError as err:
+        print(err, file=sys.stderr)
+        return 2
+    for check_id, target, how in written:
+        print(f"{args.file}: {check_id}: recorded {target!r} ({how})", file=out)
+    left = pending_checks(args.file)
+    print(f"{len(written)} expectation{'s' * (len(written) != 1)} recorded, marked 'recorded' until reviewed"
+          + (f"; {len(left)} pending check{'s' * (len(left) != 1)} still to write" if left else ""), file=out)
+    return 0
+
+
+def new_command(args, out=None):
+    """Write the skeleton; 2 when the name is not a plain file name or the file exists."""
+    from attention_core.authoring.drafts import skeleton  # noqa: PLC0415
+    from attention_core.harness.fields import ID  # noqa: PLC0415
+    out = out or sys.stdout
+    folder = getattr(args, "cases", None) or runner.default_cases_folder()
+    path = folder / f"{args.name}.yaml"
+    refused = (f"{args.name!r}: a case file's name is letters, digits, '_' and '-'" if not ID.match(args.name)
+               else _refused(path, False))
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
+    path.write_text(skeleton(path, schema=_schema()), encoding="utf-8")
+    print(f"{path}: written; fill it in, then python -m attention_core lint {path}", file=out)
+    return 0
+
+
+def _refused(path, force):
+    if path.exists() and not force:
+        return f"{path} exists: give --force to replace it"
+    if not path.parent.is_dir():
+        return f"{path.parent}: no such folder"
+    return None
+
+
+def _schema():
+    return runner.default_cases_folder() / "case-file.schema.json"
+
+
+AUTHORING = {"lint": lint_command, "import": import_command, "record": record_command, "new": new_command}

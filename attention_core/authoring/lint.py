@@ -1,0 +1,161 @@
+"""Lint: case files checked without running a check, every finding at ``file:line:col``.
+
+What loading refuses (YAML syntax, unknown or missing keys, types, tensor text, ragged rows,
+unknown names and spec functions, expressions outside the safe language, duplicate ids, rtol
+without atol) is an error at the loader's line. Each case that loads is then run dry on the
+``meta`` device (shapes without storage): inputs, each check's call or expression and its
+targets, so a shape that cannot go through the called function, or that disagrees with the
+shape an expectation prints, is an error too. Drafts (pending checks and expectations) and
+recorded expectations nobody has reviewed yet are warnings.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from attention_core.harness import runner
+from attention_core.harness.cases import find_case_files, load_file
+from attention_core.harness.inputs import InputError, materialise
+from attention_core.harness.model import waiting
+from attention_core.harness.text import escape, shorten
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem of a case file, at a 1-based line and column."""
+
+    path: str
+    line: int
+    column: int
+    severity: str  # "error" or "warning"
+    message: str
+
+    def __str__(self):
+        return f"{escape(self.path)}:{self.line}:{self.column}: {self.severity}: {escape(self.message)}"
+
+
+def lint(paths, *, default_folder=None):
+    """The findings of every case file named by ``paths`` (files or folders), in file order."""
+    findings = []
+    for path in map(Path, paths or [default_folder]):
+        files = find_case_files(path) if path.is_dir() else [path]
+        if path.is_dir() and not files:
+            findings.append(Finding(str(path), 1, 1, "error", "no case files (*.yaml) in this folder"))
+        for file in files:
+            findings += lint_file(file)
+    return findings
+
+
+def lint_file(path):
+    """The findings of one case file: load errors, then each loaded case's dry run and drafts."""
+    path = Path(path)
+    if not path.is_file():
+        return [Finding(str(path), 1, 1, "error", "no such file")]
+    case_file = load_file(path)
+    lines = _lines(path)
+    shown = str(case_file.errors[0].path) if case_file.errors else _shown(path)
+
+    def at(line, severity, message, column=None):
+        return Finding(shown, line, column or _indent(lines, line), severity, message)
+
+    findings = [at(e.line, "error", e.message, e.column) for e in case_file.errors]
+    for case in case_file.cases:
+        findings += [at(line, "error", message) for line, message in dry_run(case)]
+        for check in case.checks:
+            findings += [at(line, "warning", f"pending: {message}") for line, message in waiting(check)]
+            findings += [at(e.line, "warning", f"recorded, not reviewed: the expectation for {e.target!r} was "
+                                               f"computed by {e.recorded}; compare it with the document, then "
+                                               f"remove 'recorded'")
+                         for e in check.expectations if getattr(e, "recorded", None)]
+    return sorted(findings, key=lambda f: (f.line, f.column))
+
+
+def dry_run(case):
+    """(line, message) for each shape that cannot go through: each graded call run on the ``meta`` device.
+
+    Inputs and arguments are made on the CPU (a case's own arithmetic, as a run makes it); the
+    called function then runs on ``meta`` copies, shapes without storage, and its results' shapes
+    are held to the shapes the expectations print.
+    """
+    try:
+        scope = materialise(case, device="cpu")
+    except InputError as err:
+        return [(err.line or case.line, f"an input cannot be made: {shorten(str(err), 300)}")]
+    except Exception:  # noqa: BLE001 (the budget and the like: the check run reports them)
+        return []
+    problems = []
+    for check in case.checks:
+        if check.expr is None or waiting(check):
+            continue
+        try:
+            if check.kind == "call":
+                name, args, kwargs = check.expr.call_arguments(scope, functions=runner.REFERENCE, dtype=case.dtype)
+                result = runner.REFERENCE[name](*map(_meta, args), **{k: _meta(v) for k, v in kwargs.items()})
+            else:
+                result = check.expr.evaluate(scope, dtype=case.dtype)
+            values = scope | dict(zip(check.returns, result if len(check.returns) > 1 else (result,)))
+        except Exception as err:  # noqa: BLE001 (what running the check would raise)
+            problems.append((check.line, f"check {check.id!r}: `{shorten(check.expr.source, 80)}` cannot run"
+                                         f"{_shapes(check.expr, scope)}: {shorten(_text(err), 300)}"))
+            continue
+        problems += _shape_mismatches(check, values)
+    return problems
+
+
+def _shapes(parsed, scope):
+    """`` with q (4, 3), k (4, 5)``: the shapes of the tensors an expression reads."""
+    shapes = [f"{n} {_dims(scope[n].shape)}" for n in sorted(parsed.names) if isinstance(scope.get(n), torch.Tensor)]
+    return f" with {', '.join(shapes)}" if shapes else ""
+
+
+def _meta(value):
+    return torch.empty_like(value, device="meta") if isinstance(value, torch.Tensor) else value
+
+
+def _shape_mismatches(check, values):
+    problems = []
+    for e in check.expectations:
+        value, shape = values.get(e.target), expected_shape(e)
+        if isinstance(value, torch.Tensor) and shape is not None and tuple(value.shape) != shape:
+            problems.append((e.line, f"the expectation for {e.target!r} has shape {_dims(shape)}, but "
+                                     f"`{shorten(check.expr.source, 80)}` gives {_dims(value.shape)}"))
+    return problems
+
+
+def expected_shape(expectation):
+    """The shape an expectation states in full, else None (an elided or cut-off print, one number)."""
+    if expectation.kind == "shape":
+        return tuple(expectation.shape)
+    if expectation.kind == "printed":
+        return expectation.printed.shape
+    if expectation.kind == "values" and expectation.values.ndim:
+        return tuple(expectation.values.shape)
+    return None
+
+
+def _text(err):
+    return getattr(err, "message", None) or str(err)
+
+
+def _dims(shape):
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _lines(path):
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").split("\n")
+    except OSError:
+        return []
+
+
+def _indent(lines, line):
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    return len(text) - len(text.lstrip(" -")) + 1 if text.strip() else 1
+
+
+def _shown(path):
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

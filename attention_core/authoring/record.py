@@ -1,0 +1,107 @@
+"""``record``: fill the expectations a case file leaves empty, by a route independent of the reference core.
+
+An expectation written with no value (``out:``) is computed on the case's inputs in float64
+by torch's own functions (``harness/torch_route.py`` for a spec function; an ``expr`` check is
+torch arithmetic already), cast to the case's dtype and written as torch prints it, as a
+notebook shows it. Where that route fails, the reference core computes it in the case's
+dtype, and the mark says so. Each recorded expectation carries ``recorded: <how>`` until its
+author has compared it with the document and removed the mark; ``lint`` reports it until then.
+
+The file is edited through ruamel.yaml's round trip: comments, key order, quoting and the
+rest of the file stay as they were.
+"""
+
+import torch
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.scalarstring import LiteralScalarString
+
+from attention_core.harness import runner, torch_route
+from attention_core.harness.cases import load_file
+from attention_core.harness.inputs import materialise
+from attention_core.harness.model import waiting
+
+TORCH_ROUTE = "torch's functions in float64, cast to {dtype}"
+REFERENCE_ROUTE = "the reference core in {dtype} (no independent route: {why}); check it against the document"
+
+
+class RecordError(ValueError):
+    """The file cannot be recorded: it does not load, or the case asked for is not in it."""
+
+
+def record(path, *, case_id=None):
+    """Fill every missing expectation of ``path`` (of the case ``case_id`` only, if given).
+
+    Returns:
+        ``(check id, target, how)`` for each expectation written, in file order.
+    """
+    case_file = load_file(path)
+    if case_file.errors:
+        first = case_file.errors[0]
+        raise RecordError(f"{first.where}: {first.message} (fix what lint reports first)")
+    cases = [c for c in case_file.cases if case_id is None or c.id == case_id]
+    if case_id is not None and not cases:
+        raise RecordError(f"{path}: no case {case_id!r} (cases: {', '.join(c.id for c in case_file.cases)})")
+    yaml = _round_trip()
+    with open(path, encoding="utf-8") as handle:
+        tree = yaml.load(handle)
+    written = []
+    for case in cases:
+        raw_case = next(c for c in tree["cases"] if c.get("id") == case.id)
+        for check in case.checks:
+            missing = [e.target for e in check.expectations if e.kind == "missing"]
+            if not missing or check.expr is None:
+                continue
+            values, how = _compute(case, check)
+            raw_expect = next(c for c in raw_case["checks"] if c.get("id") == check.id)["expect"]
+            for target in missing:
+                raw_expect[target] = _expectation(values[target], how)
+                written.append((f"{case.id}/{check.id}", target, how))
+    if written:
+        with open(path, "w", encoding="utf-8") as handle:
+            yaml.dump(tree, handle)
+    return written
+
+
+def pending_checks(path):
+    """The checks of ``path`` that stay drafts after recording (their computation is not written)."""
+    return [f"{case.id}/{check.id}" for case in load_file(path).cases for check in case.checks
+            if check.expr is None and waiting(check)]
+
+
+def _compute(case, check):
+    """The check's results and targets, by the torch route in float64 (cast back), else by the reference core."""
+    dtype = str(case.dtype).removeprefix("torch.")
+    try:
+        scope = materialise(case, dtype=torch.float64)
+        functions = torch_route.FUNCTIONS if check.kind == "call" else runner.REFERENCE
+        outputs = runner._call(check, check.expr, scope, functions, "cpu", torch.float64)
+        values = runner._targets(check, scope, outputs, "cpu", torch.float64)
+        return {k: _cast(v, case.dtype) for k, v in values.items()}, TORCH_ROUTE.format(dtype=dtype)
+    except Exception as err:  # noqa: BLE001 (the route cannot take this case: the reference core can)
+        why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+    scope = materialise(case)
+    outputs = runner._call(check, check.expr, scope, runner.REFERENCE, "cpu", case.dtype)
+    return runner._targets(check, scope, outputs, "cpu", case.dtype), REFERENCE_ROUTE.format(dtype=dtype, why=why)
+
+
+def _cast(value, dtype):
+    return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+
+def _expectation(value, how):
+    recorded = CommentedMap()
+    if isinstance(value, torch.Tensor):
+        recorded["printed"] = LiteralScalarString(str(value.cpu()) + "\n")
+    else:
+        recorded["values"] = value.item() if hasattr(value, "item") else value
+    recorded["recorded"] = how
+    return recorded
+
+
+def _round_trip():
+    yaml = YAML()  # round trip: comments, order and quoting kept
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never fold a long line the author wrote
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    return yaml

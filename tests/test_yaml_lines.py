@@ -1,0 +1,57 @@
+"""Reading YAML in one pass from the parser's events: YAML's own rules, each value's place, the limits."""
+
+import pytest
+import yaml
+
+from attention_core.harness import yaml_lines
+from attention_core.harness.yaml_lines import CaseError
+
+TEXT = """\
+base: &base {a: 1, b: "two"}
+other: &other {b: 3, c: 4.5}
+one:
+  <<: *base
+  b: own
+many:
+  <<: [*other, *base]
+  d: [1, '1', 1e-7, true, null, ~, 2024-02-30]
+"""
+
+
+def test_values_are_yamls_own_and_merge_keys_follow_yamls_rule():
+    tree = yaml_lines.parse(TEXT)
+    assert tree == yaml.safe_load(TEXT.replace("2024-02-30", "'2024-02-30'").replace("1e-7", "1.0e-7"))
+    assert tree["one"] == {"a": 1, "b": "own"}  # the mapping's own key wins over a merged one
+    assert tree["many"]["b"] == 3  # of a list of merged mappings, the first wins
+    assert tree["many"]["d"] == [1, "1", 1e-7, True, None, None, "2024-02-30"]
+
+
+def test_each_key_and_value_keeps_its_line_and_column_a_merged_one_its_own_place():
+    tree = yaml_lines.parse(TEXT)
+    one, many = tree["one"], tree["many"]
+    assert (one.key_lines["b"], one.key_cols["b"], one.value_lines["b"], one.value_cols["b"]) == (5, 3, 5, 6)
+    assert (one.key_lines["a"], one.key_cols["a"]) == (1, 14)  # where the merged pair is written
+    assert (many["d"].item_lines[1], many["d"].item_cols[1]) == (8, 11)  # inside the quotes
+    shared = yaml_lines.parse("a: &x {k: [1]}\nb: *x\n")
+    assert shared["a"] is shared["b"]  # an alias is its anchor's value, shared, never copied
+
+
+@pytest.mark.parametrize(("text", "where", "words"), [
+    ("a: !!set {x, y}\n", (1, 4), "unknown YAML tag 'tag:yaml.org,2002:set'"),
+    ("a: 1\na: 2\n", (2, 1), "duplicate key 'a'"),
+    ("? [1, 2]\n: x\n", (1, 3), "a mapping key must be a plain word"),
+    ("a: &x [1, *x]\n", (1, 11), "a YAML alias refers to a node that contains it"),
+    ("b: {<<: 1}\n", (1, 9), "a merge key ('<<') takes a mapping or a list of mappings"),
+    ("a: 1\n---\nb: 2\n", (2, 1), "YAML syntax error: expected a single document in the stream"),
+    ("a: *nope\n", (1, 4), "YAML syntax error: found undefined alias 'nope'"),
+])
+def test_what_yaml_refuses_is_a_case_error_at_its_line(text, where, words):
+    with pytest.raises(CaseError) as caught:
+        yaml_lines.parse(text)
+    assert (caught.value.line, caught.value.column) == where and words in caught.value.message
+
+
+def test_a_plain_numbers_text_is_read_again_wherever_it_stands():
+    assert yaml_lines.parse("a: 017\nb: '017'\nc: 017\n") == {"a": 15, "b": "017", "c": 15}  # YAML 1.1 octal
+    with pytest.raises(CaseError, match="cannot read '0x_' as !!int"):
+        yaml_lines.parse("a: 1\nb: 0x_\n")
