@@ -69,8 +69,9 @@ def draw(failure, computed=None, *, max_slices=MAX_SLICES):
         drawn.append(_slice(failure.target, index, len(failure.shape), grids, (values, values, differences),
                             outline, (bh, bw), b.shape))
     keys = heatmap.keys_svg(present, outline=worst is not None)
-    legend = (heatmap.legend_svg(values, "expected and actual") + " " +
-              heatmap.legend_svg(differences, "actual − expected") + " " + keys)
+    legend = "".join(f'<span style="display:inline-block;margin-right:20px;vertical-align:top">{svg}</span>' for svg in
+                     (heatmap.legend_svg(values, "expected and actual"),
+                      heatmap.legend_svg(differences, "actual − expected"), keys))
     return (f'<div class="heatmaps" data-target="{html.escape(failure.target)}" style="margin:6px 0">'
             + "".join(drawn) + f'<div class="legend" style="margin:4px 0">{legend}</div></div>')
 
