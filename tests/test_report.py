@@ -16,12 +16,12 @@ from attention_core.harness.results import Failure, Result, Status
 from attention_core.report import figures, heatmap
 from test_heatmap import cell_fills, luminance
 
-ELIDED_ZEROS = "\n".join(
-    ["tensor([[0., 0., 0.,  ..., 0., 0., 0.],"]
-    + ["        [0., 0., 0.,  ..., 0., 0., 0.],"] * 2
+ELIDED_ONES = "\n".join(  # torch's print of ones(40, 40), its last element changed to 0
+    ["tensor([[1., 1., 1.,  ..., 1., 1., 1.],"]
+    + ["        [1., 1., 1.,  ..., 1., 1., 1.],"] * 2
     + ["        ...,"]
-    + ["        [0., 0., 0.,  ..., 0., 0., 0.],"] * 2
-    + ["        [0., 0., 0.,  ..., 0., 0., 0.]])"])
+    + ["        [1., 1., 1.,  ..., 1., 1., 1.],"] * 2
+    + ["        [1., 1., 1.,  ..., 1., 1., 0.]])"])
 
 CASES = """\
 document: {title: "Masks <b>&</b> prints", origin: tests}
@@ -48,7 +48,7 @@ cases:
         expect:
           out: |
 %s
-""" % "\n".join("            " + line for line in ELIDED_ZEROS.split("\n"))
+""" % "\n".join("            " + line for line in ELIDED_ONES.split("\n"))
 
 
 class Parsed(HTMLParser):
@@ -114,7 +114,7 @@ def test_each_failed_check_shows_its_source_report_and_heatmaps_and_the_passing_
     assert "Masks &lt;b&gt;&amp;&lt;/b&gt; prints, In [7]" in scores
     assert "Values are not close!" in scores and "Mismatched elements: 1 / 9" in scores
     assert [role for role, _ in svgs(scores)] == ["expected", "actual", "difference"]
-    passed = re.search(r"<details class=\"passed\"><summary>1 checks passed</summary>(.*?)</details>", page, re.S)
+    passed = re.search(r"<details class=\"passed\"><summary>1 check passed</summary>(.*?)</details>", page, re.S)
     assert passed and "r/masked/fine" in passed.group(1) and "r/masked/fine" not in "".join(sections)
 
 
@@ -143,6 +143,10 @@ def test_an_elided_print_draws_its_hidden_elements_as_unknown_and_a_large_slice_
     assert len(expected) == 400 and 'data-rows="20"' in drawn["expected"]
     assert expected[10, 10] == unknown and expected[0, 0] != unknown and expected[19, 19] != unknown
     assert unknown not in actual.values(), "the computed value is known everywhere"
+    assert "Mismatched elements: 1 / 36" in big and "at index (-1, -1)" in big  # counted from the end: (39, 39)
+    for svg in drawn.values():
+        frame = ET.fromstring(svg).find("{http://www.w3.org/2000/svg}rect")
+        assert (float(frame.get("x")), float(frame.get("y"))) == pytest.approx((19.1, 19.1))
 
 
 def _failure(shape, worst):

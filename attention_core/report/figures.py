@@ -18,7 +18,7 @@ from attention_core.report import heatmap
 
 MAX_SLICES = 2  # 2-D slices drawn of a higher-rank tensor
 MAX_TARGETS = 2  # failed expectations drawn per check (the text report lists them all)
-MAX_CHECKS = 20  # checks drawn per report (each costs about a millisecond): the first that did not pass
+MAX_CHECKS = 20  # checks drawn per report (each costs about a millisecond): the first with wrong values
 MAX_ELEMENTS = 1 << 18  # larger tensors are not drawn: making their dense values costs more than grading
 KINDS = ("expected", "actual", "difference")
 
@@ -41,14 +41,17 @@ def draw(failure, computed=None, *, max_slices=MAX_SLICES):
     dense = failure.dense()
     if dense is None:
         return ""
-    if isinstance(computed, torch.Tensor) and tuple(computed.shape) == tuple(failure.shape) and \
-            computed.device.type != "meta" and not computed.is_complex():
+    whole = isinstance(computed, torch.Tensor) and tuple(computed.shape) == tuple(failure.shape) and \
+        computed.device.type != "meta" and not computed.is_complex()
+    if whole:
         dense = (dense[0], computed.detach(), *dense[2:])
     if len(failure.shape) == 1:
         dense = tuple(t.unsqueeze(0) for t in dense)
     expected, actual, allowed, shown = dense
     worst = failure.mismatch.index
-    worst = (0, *worst) if len(failure.shape) == 1 else tuple(worst) if worst is not None else None
+    if worst is not None:  # an elided print counts its last rows and columns from the end: -1 is the last
+        worst = tuple(i % n for i, n in zip(worst, failure.shape))
+        worst = (0, *worst) if len(failure.shape) == 1 else worst
     chosen = _slices(expected.shape[:-2], worst[:-2] if worst is not None else None, max_slices)
     pieces = [(index, *_prepared(expected[index], actual[index].to("cpu", torch.float64), allowed[index], shown[index]))
               for index in chosen]
@@ -63,7 +66,7 @@ def draw(failure, computed=None, *, max_slices=MAX_SLICES):
         outline = (worst[-2] // bh, worst[-1] // bw) if inside else None
         e, a, d, s = (t.reshape(-1)[picks] for t in (e, a, d, s))
         # Without the computed value, actual too is known only where the print shows an element.
-        grids = [(e, heatmap.categories(e, s)), (a, heatmap.categories(a, s | ~a.isnan())),
+        grids = [(e, heatmap.categories(e, s)), (a, heatmap.categories(a, None if whole else s)),
                  (d, heatmap.categories(d, s))]
         for _, c in grids:
             present |= set(c.unique().tolist())
@@ -140,9 +143,9 @@ class Drawings:
 
     def __init__(self):
         self._drawn = {}
-        self._wrong_values = set()  # ids of checks seen failed
-        self._checks = {}  # check id -> whether it was drawn, in the order met
-        self.left_out = 0
+        self._failed = set()  # ids of the checks met that did not pass
+        self._checks = {}  # check id -> whether it is drawn
+        self.drawn = self.left_out = 0  # checks drawn; checks with wrong values past MAX_CHECKS
 
     def failure(self, failure, computed=None):
         key = id(failure)
@@ -155,15 +158,17 @@ class Drawings:
 
         At most ``limit`` characters: a drawing that would pass it is left out, and a note says so.
         """
+        check_id = result.check_id
         if not result.passed:
-            self._wrong_values.add(result.check_id)
-        if result.check_id.removesuffix("/backward") in self._wrong_values - {result.check_id}:
+            self._failed.add(check_id)
+        if check_id.endswith("/backward") and check_id.removesuffix("/backward") in self._failed:
             return ""
-        if result.check_id not in self._checks:
-            full = sum(self._checks.values()) >= MAX_CHECKS
-            self._checks[result.check_id] = not full and any(f.mismatch.stage == "values" for f in result.failures)
-            self.left_out += full and any(f.mismatch.stage == "values" for f in result.failures)
-        if not self._checks[result.check_id]:
+        if check_id not in self._checks:
+            wrong_values = any(f.mismatch.stage == "values" for f in result.failures)
+            self._checks[check_id] = wrong_values and self.drawn < MAX_CHECKS
+            self.drawn += self._checks[check_id]
+            self.left_out += wrong_values and not self._checks[check_id]
+        if not self._checks[check_id]:
             return ""
         parts, size, left_out, drawable = [], 0, 0, 0
         for failure in result.failures:

@@ -99,7 +99,7 @@ class Page:
                  f'<link rel="icon" href="data:,"><title>{_e(self.title)}</title><style>{STYLE}</style></head><body>',
                  f"<h1>{_e(self.title)}</h1>",
                  f'<p class="meta">{_e(self.subtitle)}</p>' if self.subtitle else "",
-                 f'<p class="meta">{counts["passed"]} checks passed, {counts["failed"]} did not.</p>']
+                 f'<p class="meta">{_checks(counts["passed"])} passed, {counts["failed"]} did not.</p>']
         parts += [f'<p class="meta">{_e(note)}</p>' for note in self.notes]
         parts.append("<h2>By document</h2>" + self._table(self.documents, ("document", "title")))
         parts.append("<h2>By spec function</h2>" + self._table(self.functions, ("function",)))
@@ -109,7 +109,7 @@ class Page:
                          f"{self.drawings.left_out} more are shown as text.</p>")
         parts += self.failed or ["<p>None.</p>"]
         parts.append(f"<h2>Checks that passed ({counts['passed']})</h2>"
-                     f'<details class="passed"><summary>{counts["passed"]} checks passed</summary>'
+                     f'<details class="passed"><summary>{_checks(counts["passed"])} passed</summary>'
                      f'<ul class="passed">{"".join(self.passed)}</ul></details>')
         parts.append("</body></html>\n")
         return "".join(parts)
@@ -139,6 +139,10 @@ def submission_page(graded, *, drawings=None):
 
 def _e(text):
     return html.escape(str(text))
+
+
+def _checks(n):
+    return f"{n} check" if n == 1 else f"{n} checks"
 
 
 def _anchor(check_id):
