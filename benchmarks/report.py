@@ -1,10 +1,11 @@
-"""What the HTML report adds to grading: milliseconds per submission, for the shipped mutants.
+"""What the HTML report adds to grading: CPU milliseconds per submission, for the shipped mutants.
 
 Usage: python benchmarks/report.py [--rounds N]
 Grades every shipped mutant once (in one batch, gradient checks on), then times writing each
 submission's feedback both ways: results.json as text, and results.json with heatmaps plus
-report.html (what ``grade`` writes). Prints the medians over the rounds of the difference per
-submission, and the worst submission's. The first round is a warm-up (imports, first calls).
+report.html (what ``grade`` writes), in this process's CPU time (steadier than the wall on a
+shared machine). Prints the medians over the rounds of the difference per submission, and the
+worst submission's. The first round is a warm-up (imports, first calls).
 """
 
 import argparse
@@ -47,9 +48,9 @@ def main():
                 for one in graded:
                     seconds = []
                     for write in (text_only, with_report):
-                        start = time.perf_counter()
+                        start = time.process_time()
                         write(one)
-                        seconds.append(time.perf_counter() - start)
+                        seconds.append(time.process_time() - start)
                     if round_:
                         added[one.name].append(1000 * (seconds[1] - seconds[0]))
     per = {name: statistics.median(ms) for name, ms in added.items()}

@@ -18,7 +18,7 @@ from attention_core.report import heatmap
 
 MAX_SLICES = 2  # 2-D slices drawn of a higher-rank tensor
 MAX_TARGETS = 2  # failed expectations drawn per check (the text report lists them all)
-MAX_CHECKS = 20  # checks drawn per report (each costs about a millisecond): the first with wrong values
+MAX_CHECKS = 10  # checks drawn per report (each costs about a millisecond): the first with wrong values
 MAX_ELEMENTS = 1 << 18  # larger tensors are not drawn: making their dense values costs more than grading
 KINDS = ("expected", "actual", "difference")
 
