@@ -149,6 +149,16 @@ def test_an_elided_print_draws_its_hidden_elements_as_unknown_and_a_large_slice_
         assert (float(frame.get("x")), float(frame.get("y"))) == pytest.approx((19.1, 19.1))
 
 
+def test_a_case_file_that_does_not_load_is_listed_as_a_case_error_with_its_line(tmp_path):
+    (tmp_path / "broken.yaml").write_text("document: {title: B}\ncases:\n  - id: c\n    nope: 1\n", encoding="utf-8")
+    out = tmp_path / "report.html"
+    assert main(["check", "--cases", str(tmp_path), "--device", "cpu", "--html", str(out)]) == 1
+    page = out.read_text(encoding="utf-8")
+    section = re.search(r'<section class="check"[^>]*data-status="case error".*?</section>', page, flags=re.S)
+    assert section and "broken.yaml:4" in section.group(0) and "<svg" not in section.group(0)
+    assert re.search(r'<td>\(case file\)</td><td class="n">0</td><td class="n">1</td>', page)
+
+
 def _failure(shape, worst):
     """A full-precision failure of a tensor of ``shape``: expected zeros, actual 1 at ``worst`` and 0.5 at 0."""
     expected = torch.zeros(shape, dtype=torch.float64)

@@ -50,8 +50,7 @@ def entry(item, result, *, diagnosis="", score=None, max_score=None):
         function, source = "(case file)", ""
     else:
         function = item.check.function or "(document arithmetic)"
-        source = next((getattr(item.check.source, key, None) for key in ("cell", "step")
-                       if getattr(item.check.source, key, None)), "") or ""
+        source = getattr(item.check.source, "cell", None) or getattr(item.check.source, "step", None) or ""
     return Entry(result, item.file.name, document.title if document else "", function, str(source), diagnosis,
                  score, max_score)
 
