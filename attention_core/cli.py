@@ -16,6 +16,7 @@ from attention_core.harness.cases import load_folder
 from attention_core.harness.devices import DEVICES, covered, skip_reason
 from attention_core.harness.results import Status, one_line, render
 from attention_core.harness.text import escape
+from attention_core.report import html as report
 
 
 def main(argv=None):
@@ -27,11 +28,13 @@ def main(argv=None):
     parser.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
     commands = parser.add_subparsers(dest="command")
     check = commands.add_parser("check", parents=[common], help="run every case on the reference core (the default)")
-    for p, default, dest in ((parser, None, "device"), (check, argparse.SUPPRESS, "check_device")):
-        p.add_argument("--device", action="append", choices=DEVICES, default=default, dest=dest,
+    for p, default, prefix in ((parser, None, ""), (check, argparse.SUPPRESS, "check_")):
+        p.add_argument("--device", action="append", choices=DEVICES, default=default, dest=f"{prefix}device",
                        help="device to run on (repeatable; default: cpu, and cuda when available)")
         p.add_argument("-v", "--verbose", action="store_true", default=default or False,
                        help="print every failure in full")
+        p.add_argument("--html", type=Path, metavar="REPORT", default=default, dest=f"{prefix}html",
+                       help="also write an HTML report (summaries, each failure with heatmaps) to REPORT")
     table = commands.add_parser("inventory", parents=[common],
                                 help="check the corpus inventory and print the README's corpus table")
     table.add_argument("--write-readme", type=Path, metavar="README", default=None,
@@ -65,7 +68,7 @@ def main(argv=None):
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])
-    return check_command(folder, covered(devices), args.verbose)
+    return check_command(folder, covered(devices), args.verbose, html=getattr(args, "check_html", None) or args.html)
 
 
 README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"
@@ -90,8 +93,10 @@ def inventory_command(folder, readme=None, out=None):
     return 0
 
 
-def check_command(folder, devices, verbose=False, out=None):
+def check_command(folder, devices, verbose=False, out=None, html=None):
     """Run every check; print the per-document table (and failures); return the exit status.
+
+    With ``html`` (a path), the same results are also written there as an HTML report.
 
     0 when every check passed, 1 when any failed or could not run, 2 on a harness error (a bug here).
     """
@@ -101,6 +106,7 @@ def check_command(folder, devices, verbose=False, out=None):
         print(f"no case files in {folder}", file=out)
         return 1
     rows, errata, shown = {}, [], Shown()
+    page = report.Page("attention-core: checks on the reference core", subtitle=str(folder)) if html else None
     for item in items:
         title = item.file.document.title if item.file.document else ""
         row = rows.setdefault(item.file.name, {"title": title, **dict.fromkeys(COLUMNS, 0)})
@@ -110,13 +116,16 @@ def check_command(folder, devices, verbose=False, out=None):
                 continue
             result = runner.run(item, device=device or "cpu")
             row[_COLUMN[result.status]] += 1
+            if page is not None:
+                page.add(report.entry(item, result))
             if not result.passed:
                 shown.add(result, verbose)  # rendered now: a result's tensors are not kept
             elif item.check.erratum is not None and item not in errata:
                 errata.append(item)
     _print_table(rows, out)
-    for reason in dict.fromkeys(filter(None, map(skip_reason, devices))):
-        print(f"skipped: {reason}", file=out)
+    skipped = [f"skipped: {reason}" for reason in dict.fromkeys(filter(None, map(skip_reason, devices)))]
+    for line in skipped:
+        print(line, file=out)
     if errata:
         print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
               f"(checked that way; -v gives the notes):", file=out)
@@ -124,6 +133,10 @@ def check_command(folder, devices, verbose=False, out=None):
             note = f": {escape(item.check.erratum.note)}" if verbose else ""
             print(f"  {escape(item.id)} ({item.location}){note}", file=out)
     shown.print(out)
+    if page is not None:
+        page.notes += skipped
+        html.write_text(page.html(), encoding="utf-8")
+        print(f"\nwrote {html}", file=out)
     if shown.harness_error:
         return 2
     return 1 if shown.count else 0

@@ -4,10 +4,13 @@ Gradescope's autograder format: top-level ``score``, ``execution_time``, ``outpu
 ``tests``; each test has ``name``, ``score``, ``max_score``, ``status``, ``output`` and
 ``visibility``. Gradescope accepts only ``passed`` and ``failed`` as a test's status, so the
 harness's own status (timeout, not implemented, …) is written in the test's ``output`` and in
-``extra_data``.
+``extra_data``. With drawings, a failed test's output is HTML (``output_format: "html"``): the
+same text in a ``<pre>``, then the heatmaps of its failed expectations as inline SVG, within a
+size cap (Gradescope does not document which HTML it keeps: the pictures are best effort).
 """
 
 import csv
+import html
 import json
 import math
 
@@ -15,10 +18,13 @@ from attention_core.harness.results import render
 from attention_core.harness.text import escape_lines
 
 OUTPUT_LIMIT = 8000  # characters of one test's output
+PICTURE_LIMIT = 40_000  # characters of inline SVG in one test's output
+PICTURES_LIMIT = 400_000  # characters of inline SVG in one results.json
 
 
-def results_json(graded):
-    """Gradescope's results dictionary for one graded submission."""
+def results_json(graded, drawings=None):
+    """Gradescope's results dictionary for one graded submission; ``drawings`` (report.figures) adds heatmaps."""
+    budget = [PICTURES_LIMIT]  # what is left of it, spent test by test
     return {
         "score": number(graded.score),
         "max_score": number(graded.max_score),
@@ -26,18 +32,25 @@ def results_json(graded):
         "output": escape_lines(graded.note) if graded.note else
         f"{number(graded.score)} of {number(graded.max_score)} points.",
         "output_format": "text",
-        "tests": [_test(grade) for grade in graded.grades],
+        "tests": [_test(grade, drawings, budget) for grade in graded.grades],
     }
 
 
-def _test(grade):
+def _test(grade, drawings=None, budget=None):
+    output, output_format = feedback(grade), "text"
+    if drawings is not None and not grade.result.passed and budget[0] > 0:
+        pictures = drawings.result(grade.result, limit=min(PICTURE_LIMIT, budget[0]))
+        if pictures:
+            budget[0] -= len(pictures)
+            text = html.escape(output, quote=False)
+            output, output_format = f'<pre style="white-space:pre-wrap">{text}</pre>{pictures}', "html"
     return {
         "name": grade.check_id,
         "score": number(grade.score),
         "max_score": number(grade.max_score),
         "status": "passed" if grade.result.passed else "failed",
-        "output": feedback(grade),
-        "output_format": "text",
+        "output": output,
+        "output_format": output_format,
         "visibility": grade.visibility,
         "extra_data": {"status": str(grade.result.status), "source": grade.source,
                        **({"diagnosis": grade.diagnosis} if grade.diagnosis else {})},
@@ -62,10 +75,16 @@ def write(graded_list, out):
     """``out/<name>/results.json`` for each submission and ``out/gradebook.csv`` for all."""
     out.mkdir(parents=True, exist_ok=True)
     for graded in graded_list:
-        folder = out / graded.name
-        folder.mkdir(exist_ok=True)
-        (folder / "results.json").write_text(json.dumps(results_json(graded), indent=1), encoding="utf-8")
+        write_results(graded, out)
     write_gradebook(graded_list, out / "gradebook.csv")
+
+
+def write_results(graded, out, *, drawings=None):
+    """``out/<name>/results.json`` for one submission (with heatmaps from ``drawings``); returns its folder."""
+    folder = out / graded.name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(results_json(graded, drawings), indent=1), encoding="utf-8")
+    return folder
 
 
 def write_gradebook(graded_list, path):

@@ -1,0 +1,152 @@
+"""The HTML report: one self-contained page (inline CSS and SVG; no script, no network, no font files).
+
+A summary per document and per spec function, then each check that did not pass, with its
+source (document, cell), its staged mismatch report, the diagnosis when grading, and the
+heatmaps of its failed expectations; then the passing checks, listed in a collapsed block.
+Checks are added one at a time and a failure is rendered as it comes, so the tensors of a run
+are not kept.
+"""
+
+import html
+from dataclasses import dataclass
+
+from attention_core.harness.results import render
+from attention_core.report.figures import MAX_CHECKS, Drawings
+
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1b1b;max-width:1200px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;margin:6px 0}th,td{padding:3px 10px;border-bottom:1px solid #e4e4e4;text-align:left}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}tr.bad td{background:#fff3f3}
+section.check{border:1px solid #ddd;border-left:4px solid #c62828;padding:8px 12px;margin:12px 0;border-radius:3px}
+section.check h3{font-size:15px;margin:0 0 4px;font-family:monospace;word-break:break-all}
+.status{display:inline-block;background:#c62828;color:#fff;border-radius:3px;padding:0 6px;margin-right:6px;
+font:bold 12px sans-serif}
+.meta{color:#555;margin:2px 0}.diagnosis{background:#fff8e1;border:1px solid #f0d58a;padding:6px 8px;margin:6px 0;
+white-space:pre-wrap}
+pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;white-space:pre-wrap}
+details summary{cursor:pointer;font-weight:600}ul.passed{font-family:monospace;font-size:12px}
+"""
+
+
+@dataclass
+class Entry:
+    """One check's result as the report lists it."""
+
+    result: object  # harness.results.Result
+    document: str  # the case file's name
+    title: str  # the document's title
+    function: str  # the spec function a graded call calls, else what kind of check it is
+    source: str = ""  # the document's cell (or step) the check comes from
+    diagnosis: str = ""
+    score: float | None = None  # when grading
+    max_score: float | None = None
+
+
+def entry(item, result, *, diagnosis="", score=None, max_score=None):
+    """The :class:`Entry` of a runner's check item (a CheckItem or a LoadError) and its result."""
+    document = item.file.document
+    if item.error is not None:
+        function, source = "(case file)", ""
+    else:
+        function = item.check.function or "(document arithmetic)"
+        source = getattr(item.check.source, "cell", None) or getattr(item.check.source, "step", None) or ""
+    return Entry(result, item.file.name, document.title if document else "", function, str(source), diagnosis,
+                 score, max_score)
+
+
+class Page:
+    """A report built one check at a time; :meth:`html` gives the page."""
+
+    def __init__(self, title, *, subtitle="", notes=(), drawings=None):
+        self.title, self.subtitle, self.notes = title, subtitle, list(notes)
+        self.drawings = drawings or Drawings()
+        self.documents, self.functions = {}, {}
+        self.failed, self.passed = [], []
+        self.graded = False
+
+    def add(self, one):
+        """Count ``one`` (an :class:`Entry`) in the summaries and render it."""
+        passed = one.result.passed
+        self.graded |= one.max_score is not None
+        for table, key, label in ((self.documents, one.document, one.title), (self.functions, one.function, "")):
+            row = table.setdefault(key, {"label": label, "passed": 0, "failed": 0, "score": 0.0, "max": 0.0})
+            row["passed" if passed else "failed"] += 1
+            row["score"] += one.score or 0.0
+            row["max"] += one.max_score or 0.0
+        where = f" — {one.title}, {one.source}" if one.source else f" — {one.title}" if one.title else ""
+        if passed:
+            self.passed.append(f"<li>{_e(one.result.check_id)}{_e(where)}</li>")
+        else:
+            self.failed.append(self._failed(one))
+
+    def _failed(self, one):
+        result = one.result
+        pictures = self.drawings.result(result) if result.failures else ""
+        points = (f' · {_number(one.score)} of {_number(one.max_score)} points' if one.max_score is not None else "")
+        source = ", ".join(p for p in (one.title, one.source) if p)
+        return (f'<section class="check" id="{_e(_anchor(result.check_id))}" data-status="{_e(result.status)}">'
+                f'<h3><span class="status">{_e(result.status)}</span>{_e(result.check_id)}</h3>'
+                f'<p class="meta">{_e(source or one.document)} · <code>{_e(result.location)}</code>'
+                f" · {_e(one.function)}{points}</p>"
+                + (f'<div class="diagnosis">{_e(one.diagnosis)}</div>' if one.diagnosis else "")
+                + f"<pre>{_e(render(result))}</pre>{pictures}</section>")
+
+    def html(self):
+        counts = {"passed": len(self.passed), "failed": len(self.failed)}
+        parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+                 f'<link rel="icon" href="data:,"><title>{_e(self.title)}</title><style>{STYLE}</style></head><body>',
+                 f"<h1>{_e(self.title)}</h1>",
+                 f'<p class="meta">{_e(self.subtitle)}</p>' if self.subtitle else "",
+                 f'<p class="meta">{_checks(counts["passed"])} passed, {counts["failed"]} did not.</p>']
+        parts += [f'<p class="meta">{_e(note)}</p>' for note in self.notes]
+        parts.append("<h2>By document</h2>" + self._table(self.documents, ("document", "title")))
+        parts.append("<h2>By spec function</h2>" + self._table(self.functions, ("function",)))
+        parts.append(f"<h2>Checks that did not pass ({counts['failed']})</h2>")
+        if self.drawings.left_out:
+            parts.append(f'<p class="meta">Heatmaps are drawn for the first {MAX_CHECKS} checks with wrong values; '
+                         f"{self.drawings.left_out} more are shown as text.</p>")
+        parts += self.failed or ["<p>None.</p>"]
+        parts.append(f"<h2>Checks that passed ({counts['passed']})</h2>"
+                     f'<details class="passed"><summary>{_checks(counts["passed"])} passed</summary>'
+                     f'<ul class="passed">{"".join(self.passed)}</ul></details>')
+        parts.append("</body></html>\n")
+        return "".join(parts)
+
+    def _table(self, rows, heads):
+        points = ['<th class="n">points</th>'] if self.graded else []
+        head = "".join(f"<th>{h}</th>" for h in heads) + '<th class="n">passed</th><th class="n">failed</th>'
+        body = []
+        for key, row in rows.items():
+            cells = [f"<td>{_e(key)}</td>"] + ([f"<td>{_e(row['label'])}</td>"] if len(heads) > 1 else [])
+            cells += [f'<td class="n">{row["passed"]}</td>', f'<td class="n">{row["failed"]}</td>']
+            if self.graded:
+                cells.append(f'<td class="n">{_number(row["score"])} / {_number(row["max"])}</td>')
+            body.append(f'<tr{" class=bad" if row["failed"] else ""}>{"".join(cells)}</tr>')
+        return f"<table><tr>{head}{''.join(points)}</tr>{''.join(body)}</table>"
+
+
+def submission_page(graded, *, drawings=None):
+    """The report of one graded submission (a grader's SubmissionGrade)."""
+    page = Page(f"Report: {graded.name}", subtitle=f"{_number(graded.score)} of {_number(graded.max_score)} points",
+                notes=[graded.note] if graded.note else [], drawings=drawings)
+    for grade in graded.grades:
+        page.add(entry(grade.item, grade.result, diagnosis=grade.diagnosis, score=grade.score,
+                       max_score=grade.max_score))
+    return page.html()
+
+
+def _e(text):
+    return html.escape(str(text))
+
+
+def _checks(n):
+    return f"{n} check" if n == 1 else f"{n} checks"
+
+
+def _anchor(check_id):
+    return "check-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in check_id)
+
+
+def _number(x):
+    return str(int(x)) if float(x).is_integer() else f"{float(x):.6g}"
