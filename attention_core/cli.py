@@ -40,6 +40,8 @@ def main(argv=None):
     table.add_argument("--write-readme", type=Path, metavar="README", default=None,
                        help="replace the table between the corpus markers of this README")
     commands.add_parser("template", help="print the students' hand-out: the spec's signatures, documented, as stubs")
+    bundle = commands.add_parser("gradescope-bundle", help="write the zip a Gradescope autograder is built from")
+    bundle.add_argument("zip", type=Path, metavar="OUT.zip")
     grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
     grade.add_argument("--out", type=Path, required=True, metavar="DIR",
@@ -57,6 +59,10 @@ def main(argv=None):
     if args.command == "template":
         from attention_core.grading.template import template  # noqa: PLC0415 (grading loads only when asked)
         print(template(), end="")
+        return 0
+    if args.command == "gradescope-bundle":
+        from attention_core.grading.autograder import bundle  # noqa: PLC0415
+        print(f"wrote {bundle(args.zip, Path(__file__).resolve().parent.parent)}", file=sys.stderr)
         return 0
     folder = args.cases or runner.default_cases_folder()
     if not folder.is_dir():

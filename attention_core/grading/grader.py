@@ -172,12 +172,13 @@ class Grader:
         with ThreadPoolExecutor(self.jobs) as pool:
             return list(pool.map(one, paths))
 
-    def grade(self, path):
-        """Grade one submission (a ``.py`` file or a folder)."""
+    def grade(self, path, *, into=None):
+        """Grade one submission (a ``.py`` file or a folder); ``into``: the SubmissionGrade to fill, check
+        by check (another thread may read what is graded so far)."""
         path = Path(path)
         start = time.monotonic()
         self._share_arguments()
-        graded = SubmissionGrade(submission_name(path), path)
+        graded = into if into is not None else SubmissionGrade(submission_name(path), path)
         try:
             submission = self._worker.open(path)
         except ValueError as err:  # a folder with no single entry module

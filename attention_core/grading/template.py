@@ -6,6 +6,8 @@ every check says "not implemented".
 
 from attention_core import spec
 
+FILE_NAME = "attention_student.py"  # what the hand-out is saved as, and what a Gradescope submission holds
+
 HEADER = '''"""Attention, by hand: implement each function below.
 
 Graded against worked examples from attention tutorials. Conventions used throughout:
