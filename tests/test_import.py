@@ -29,7 +29,7 @@ NOT_TENSOR_PRINTS = {
     ("004_self_attention_from_scratch", "In [5]"): "prints the vocabulary, a dict",
 }
 
-pytestmark = pytest.mark.skipif(not DOCUMENTS, reason=f"the documents are not here ({SEEDS})")
+needs_documents = pytest.mark.skipif(not DOCUMENTS, reason=f"the documents are not here ({SEEDS})")
 
 
 def _import(source, out):
@@ -82,6 +82,7 @@ def _contains(found, wanted):
     return False
 
 
+@needs_documents
 @pytest.mark.parametrize("seed", DOCUMENTS, ids=lambda p: p.name[:3])
 def test_a_document_imports_as_a_draft_holding_every_print_the_inventory_lists(tmp_path, seed):
     document = _document(seed)
@@ -105,6 +106,7 @@ def test_a_document_imports_as_a_draft_holding_every_print_the_inventory_lists(t
             assert cell not in found, why
 
 
+@needs_documents
 def test_the_answer_key_covers_the_documents_prints():
     keyed = sum(1 for seed in DOCUMENTS for _ in _answer_key(_document(seed)))
     assert keyed >= 100

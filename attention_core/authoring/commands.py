@@ -37,8 +37,7 @@ def lint_command(args, out=None):
     for finding in findings:
         print(finding, file=out)
     errors = sum(f.severity == "error" for f in findings)
-    print(f"{errors} error{'s' * (errors != 1)}, {len(findings) - errors} warning{'s' * (len(findings) - errors != 1)}",
-          file=out)
+    print(f"{_count(errors, 'error')}, {_count(len(findings) - errors, 'warning')}", file=out)
     return 1 if errors else 0
 
 
@@ -55,8 +54,8 @@ def import_command(args, out=None):
     except (OSError, UnicodeDecodeError, ValueError) as err:
         print(f"{args.notebook}: cannot be read as a notebook: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
-    print(f"{args.out}: {cases} draft cases, {prints} pending expectations (python -m attention_core lint "
-          f"{args.out} lists what is left)", file=out)
+    print(f"{args.out}: {_count(cases, 'draft case')}, {_count(prints, 'pending expectation')} "
+          f"(python -m attention_core lint {args.out} lists what is left)", file=out)
     return 0
 
 
@@ -75,8 +74,8 @@ def record_command(args, out=None):
     for check_id, target, how in written:
         print(f"{args.file}: {check_id}: recorded {target!r} ({how})", file=out)
     left = pending_checks(args.file)
-    print(f"{len(written)} expectation{'s' * (len(written) != 1)} recorded, marked 'recorded' until reviewed"
-          + (f"; {len(left)} pending check{'s' * (len(left) != 1)} still to write" if left else ""), file=out)
+    print(f"{_count(len(written), 'expectation')} recorded, marked 'recorded' until reviewed"
+          + (f"; {_count(len(left), 'pending check')} still to write" if left else ""), file=out)
     return 0
 
 
@@ -95,6 +94,10 @@ def new_command(args, out=None):
     path.write_text(skeleton(path, schema=_schema()), encoding="utf-8")
     print(f"{path}: written; fill it in, then python -m attention_core lint {path}", file=out)
     return 0
+
+
+def _count(n, what):
+    return f"{n} {what}{'s' * (n != 1)}"
 
 
 def _refused(path, force):

@@ -36,7 +36,7 @@ def import_notebook(path, out, *, schema):
     """Write the draft of the notebook at ``path`` to ``out``; return (cases, prints) written."""
     cells = notebook.read(path)
     text = schema_line(out, schema) + draft(cells, title=_title(path), what=f"imported from {Path(path).name}",
-                                            name=Path(out).name)
+                                            name=str(out))
     Path(out).write_text(text, encoding="utf-8")
     return len(cells), sum(len(c.prints) for c in cells)
 

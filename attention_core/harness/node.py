@@ -58,7 +58,7 @@ def _keys(cls):
 
 @functools.cache
 def _fields(cls):
-    return tuple(cls.model_fields)
+    return frozenset(cls.model_fields)
 
 
 @functools.cache
@@ -85,10 +85,16 @@ def _hint(unknown):
 
 def _place_children(made, data):
     """Give each child the line its value starts on (a short form has no line of its own)."""
-    for name in _fields(type(made)):
-        value, raw = getattr(made, name), data.get(name)
-        if isinstance(value, Node) and hasattr(data, "value_lines"):
-            value._line = data.value_lines[name]
+    value_lines = getattr(data, "value_lines", None)
+    if value_lines is None:
+        return
+    fields = _fields(type(made))
+    for name, raw in data.items():  # a field the mapping does not write holds its default: no line to give
+        if name not in fields:
+            continue
+        value = getattr(made, name)
+        if isinstance(value, Node):
+            value._line = value_lines[name]
         elif isinstance(value, dict) and hasattr(raw, "value_lines"):
             for key, child in value.items():
                 if isinstance(child, Node) and key in raw.value_lines:
