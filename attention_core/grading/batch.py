@@ -1,6 +1,15 @@
-"""``python -m attention_core grade``: a batch of submissions graded, with a progress bar, written out."""
+"""``python -m attention_core grade``: a batch of submissions graded, with a progress bar, written out.
 
+With ``--jobs N`` (N > 1) the batch is graded by N grader processes, each with its own worker
+server: a grader's own work (evaluating, comparing, drawing) is Python that one process runs on
+one core at a time. Each writes its submissions' files and sends back their scores alone.
+"""
+
+import multiprocessing
 import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import util
 
 from tqdm import tqdm
 
@@ -18,28 +27,82 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
         print(f"no such submission: {', '.join(map(str, missing))}", file=stream)
         return 2
     names = _unique_names(paths)
-    with Grader(cases, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points, jobs=jobs) as grader:
-        with tqdm(total=len(paths), desc="grading", unit="submission", file=stream,
-                  disable=len(paths) < 2) as bar:
-            graded = grader.grade_all(paths, progress=lambda _: bar.update())
-        for one, name in zip(graded, names):
-            one.name = name
-        # Written inside the grader's block: torch stays on one thread, the fastest for these small tensors.
-        for one in graded:
-            drawings = Drawings()  # each failed check drawn once, for results.json and report.html
-            folder = gradescope.write_results(one, out, drawings=drawings)
-            (folder / "report.html").write_text(submission_page(one, drawings=drawings), encoding="utf-8")
-    gradescope.write_gradebook(graded, out / "gradebook.csv")
+    options = dict(call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
+    out.mkdir(parents=True, exist_ok=True)
+    with tqdm(total=len(paths), desc="grading", unit="submission", file=stream, disable=len(paths) < 2) as bar:
+        if jobs > 1 and len(paths) > 1:
+            scores = _in_processes(paths, names, out, cases, options, min(jobs, len(paths)), bar)
+        else:
+            with Grader(cases, **options) as grader:
+                scores = [_grade_and_write(grader, p, n, out, bar.update) for p, n in zip(paths, names)]
+    gradescope.write_gradebook(scores, out / "gradebook.csv")
     width = max(len(n) for n in names)
-    for one in graded:
+    for one in scores:
         print(f"{one.name:<{width}}  {gradescope.number(one.score):>6} / {gradescope.number(one.max_score)}",
               file=stream)
-    warnings = {sandbox_warning(one.protections) for one in graded} - {""}
-    for warning in sorted(warnings):
+    for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
     print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'} and {out / 'gradebook.csv'}",
           file=stream)
     return 0
+
+
+@dataclass
+class Scores:
+    """What the gradebook and the summary need of a graded submission (sent back from a grader process)."""
+
+    name: str
+    score: float
+    max_score: float
+    protections: dict = field(default_factory=dict)
+    grades: list = field(default_factory=list)  # Score per check
+
+
+@dataclass
+class Score:
+    check_id: str
+    score: float
+
+
+def _grade_and_write(grader, path, name, out, done=None):
+    """Grade one submission, write its results.json and report.html; its Scores."""
+    graded = grader.grade(path)
+    graded.name = name
+    drawings = Drawings()  # each failed check drawn once, for results.json and report.html
+    folder = gradescope.write_results(graded, out, drawings=drawings)
+    (folder / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
+    if done is not None:
+        done()
+    return Scores(name, graded.score, graded.max_score, graded.protections,
+                  [Score(g.check_id, g.score) for g in graded.grades])
+
+
+# ---- grader processes ----------------------------------------------------------------------------
+
+_GRADER = None
+
+
+def _start(cases, options):
+    """In a new grader process: its Grader, closed (with its worker server) when the process ends."""
+    global _GRADER
+    _GRADER = Grader(cases, **options).__enter__()
+    util.Finalize(None, _GRADER.__exit__, args=(None, None, None), exitpriority=10)
+
+
+def _grade_in_process(path, name, out):
+    return _grade_and_write(_GRADER, path, name, out)
+
+
+def _in_processes(paths, names, out, cases, options, jobs, bar):
+    # Spawned, not forked: a fork after torch ran parallel work can deadlock.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start, initargs=(cases, options)) as pool:
+        futures = {pool.submit(_grade_in_process, p, n, out): i for i, (p, n) in enumerate(zip(paths, names))}
+        scores = [None] * len(paths)
+        for future in as_completed(futures):
+            scores[futures[future]] = future.result()
+            bar.update()
+    return scores
 
 
 def _unique_names(paths):
