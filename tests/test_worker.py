@@ -383,3 +383,16 @@ def test_the_wire_names_what_it_does_not_carry():
     n_text, _ = wire.HEADER.unpack_from(data)
     value = wire.decode(data[16:16 + n_text], bytearray())
     assert value == {"a": wire.Opaque("set"), "b": wire.Opaque("tensor (torch.sparse_coo, cpu)")}
+
+
+def test_a_submission_holds_no_descriptor_but_its_own(worker, tmp_path):
+    path = tmp_path / "fds.py"
+    path.write_text("import os\n\ndef causal_average(x):\n    raise RuntimeError(sorted(map(int, os.listdir('/proc/self/fd'))))\n")
+    first, second = worker.open(path), worker.open(path)  # the first's pipes are open in the server meanwhile
+    try:
+        outcome = second.call("causal_average", (torch.ones(1),))
+    finally:
+        first.close()
+        second.close()
+    # stdin, stdout, stderr, its socket, and the listing's own descriptor: nothing of the server or the first
+    assert len(eval(outcome.message.split(":", 1)[1])) == 5, outcome.message

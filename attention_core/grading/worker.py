@@ -160,6 +160,7 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w):
     """The guard: enter the namespaces, fork the inner process, report its pid, wait."""
     os.setsid()
     ctl.close()
+    close_other_fds({0, 1, 2, *fds, status_w})  # e.g. another submission's status pipe, open in the server
     protections = sandbox.Protections()
     plan = request["sandbox"]
     privileged = sandbox.enter_namespaces(plan, protections) if plan else False
@@ -182,6 +183,16 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w):
     for fd in fds:
         os.close(fd)
     sandbox.guard(inner, status_w)
+
+
+def close_other_fds(keep):
+    """Close every file descriptor but those in ``keep``."""
+    start = 0
+    for fd in sorted(keep):
+        if start < fd:  # closerange(n, n) would close everything from n (an empty range reaches close_range as n..-1)
+            os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, max(start + 1, os.sysconf("SC_OPEN_MAX")))
 
 
 def child_main(request, fds, wire, shared):
