@@ -396,3 +396,50 @@ def test_a_submission_holds_no_descriptor_but_its_own(worker, tmp_path):
         second.close()
     # stdin, stdout, stderr, its socket, and the listing's own descriptor: nothing of the server or the first
     assert len(eval(outcome.message.split(":", 1)[1])) == 5, outcome.message
+
+
+FORK_MEMORY = """
+import os, time
+
+def softmax(x, dim=-1):
+    kids = []
+    for _ in range(3):  # each within the per-process limit, together over the submission's
+        pid = os.fork()
+        if pid == 0:
+            block = b"x" * (700 << 20)
+            time.sleep(4)  # held until the others have theirs
+            os._exit(0)
+        kids.append(pid)
+    ended = [os.waitpid(pid, 0)[1] for pid in kids]
+    raise RuntimeError("KILLED " + str(sum(os.WIFSIGNALED(status) for status in ended)))
+"""
+
+
+def cgroup_v1_writable():
+    from attention_core.grading import sandbox
+    dirs = sandbox.cgroup_dirs("attention-sandbox-probe")
+    if set(dirs) != {"memory", "pids"} or os.geteuid() != 0:
+        return False
+    try:
+        for path in dirs.values():
+            os.mkdir(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        sandbox.remove_cgroups("attention-sandbox-probe")
+
+
+@pytest.mark.skipif(not cgroup_v1_writable(), reason="no writable v1 memory and pids cgroups here (root only)")
+def test_a_cgroup_bounds_the_memory_of_all_of_a_submissions_processes_together(tmp_path):
+    from attention_core.grading import sandbox
+    path = tmp_path / "fork_memory.py"
+    path.write_text(FORK_MEMORY)
+    with Worker(memory_limit=3 << 29) as w:  # 1.5 GiB: one 700 MB block fits a process, three do not fit one cgroup
+        with w.open(path) as s:
+            guard = s.pid
+            assert "cgroup" in s.protections["held"]
+            outcome = s.call("softmax", (torch.ones(2),), timeout=20)
+    assert outcome.status == "crashed" or int(outcome.message.rsplit(" ", 1)[1]) >= 1, outcome.message
+    for folder in {os.path.dirname(p) for p in sandbox.cgroup_dirs("probe").values()}:
+        assert not [n for n in os.listdir(folder) if n.startswith("attention-sandbox-") and n.endswith(f"-{guard}")]

@@ -84,6 +84,8 @@ class Worker:
                                namespaces=namespaces, limits={
             "RLIMIT_CPU": (int(budget) + 5, int(budget) + 10), "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NPROC": 128,
             "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}) if sandbox else None
+        if self._plan is not None:
+            self._plan["processes"] = 128  # of all of a submission's processes, where a cgroup holds them
         ours, theirs = socket.socketpair()
         # The server's environment is every child's (and readable in its /proc): only what torch needs.
         env = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT or k.startswith("LC_")}

@@ -65,6 +65,8 @@ def serve(ctl, wire, sandbox):
         ctl.sendall(wire.encode(reply))
     for pid, (inner, status) in children.items():
         reap(pid, inner, status)
+    for name in LEFT:  # a submission's last processes may have taken a while to be gone
+        sandbox.remove_cgroups(name, tries=200)
 
 
 def receive_request(ctl, wire):
@@ -130,6 +132,10 @@ def reap(pid, inner, status_fd):
     kill(pid)
     os.waitpid(pid, 0)
     os.close(status_fd)
+    LEFT.add(cgroup_name(pid))
+    for name in list(LEFT):  # the processes of its PID namespace may take a moment to be gone
+        if sandbox_module().remove_cgroups(name, tries=20 if name == cgroup_name(pid) else 1):
+            LEFT.discard(name)
     how, _, number = (ended[0] if ended else "killed 9").partition(" ")
     if how == "exited":
         return {"code": int(number)}
@@ -138,6 +144,21 @@ def reap(pid, inner, status_fd):
     except ValueError:
         name = "unknown signal"
     return {"signal": int(number), "name": name}
+
+
+LEFT = set()  # cgroups of reaped submissions not yet removed
+
+
+SERVER = os.urandom(6).hex()  # in cgroup names: pids repeat across PID namespaces and servers
+
+
+def cgroup_name(guard):
+    """The name of the cgroups a submission's guard (pid ``guard``) makes."""
+    return f"attention-sandbox-{SERVER}-{guard}"
+
+
+def sandbox_module():
+    return sys.modules["_grading_sandbox"]
 
 
 def kill(pid):
@@ -163,6 +184,8 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w):
     close_other_fds({0, 1, 2, *fds, status_w})  # e.g. another submission's status pipe, open in the server
     protections = sandbox.Protections()
     plan = request["sandbox"]
+    if plan:
+        sandbox.enter_cgroups(cgroup_name(os.getpid()), request["memory"], plan["processes"], protections)
     privileged = sandbox.enter_namespaces(plan, protections) if plan else False
     inner = os.fork()
     if inner == 0:
