@@ -443,3 +443,68 @@ def test_a_cgroup_bounds_the_memory_of_all_of_a_submissions_processes_together(t
     assert outcome.status == "crashed" or int(outcome.message.rsplit(" ", 1)[1]) >= 1, outcome.message
     for folder in {os.path.dirname(p) for p in sandbox.cgroup_dirs("probe").values()}:
         assert not [n for n in os.listdir(folder) if n.startswith("attention-sandbox-") and n.endswith(f"-{guard}")]
+
+
+def test_a_link_in_a_submission_folder_changes_nothing_it_points_to(worker, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o700)
+    folder = tmp_path / "linked"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("def causal_average(x):\n    return x\n")
+    (folder / "to_outside").symlink_to(outside)
+    with worker.open(folder) as s:
+        assert s.status == "ok"
+    assert outside.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_submission_whose_sandbox_cannot_be_built_does_not_run(worker, tmp_path):
+    folder = tmp_path / "with_fifo"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    os.mkfifo(folder / "pipe")
+    with worker.open(folder) as s:
+        if "namespaces" not in s.protections["held"]:
+            pytest.skip("no namespaces here: the fallback runs the submission without a fresh root")
+        assert s.status == "import error" and "the submission was not run" in s.message
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_forged_message_from_a_submission_is_a_clear_failure_not_a_grader_crash(submit):
+    s = submit("""
+        import json, os, struct
+        text = json.dumps({"device": "bogus"}).encode()
+        os.write(3, struct.pack("!QQ", len(text), 0) + text)
+    """)
+    assert s.status == "import error" and "malformed" in s.message
+
+
+def test_a_submission_has_its_own_ipc_namespace(submit):
+    s = submit("""
+        import os
+        def softmax(x, dim=-1):
+            raise RuntimeError(os.readlink("/proc/self/ns/ipc"))
+    """)
+    if "namespaces" not in s.protections["held"]:
+        pytest.skip("no namespaces here")
+    assert os.readlink("/proc/self/ns/ipc") not in s.call("softmax", (torch.ones(1),)).message
+
+
+def test_when_the_server_dies_the_submission_and_what_it_started_die_too(tmp_path):
+    marker = f"orphan-{os.getpid()}-{time.monotonic_ns()}"
+    path = tmp_path / "sleeper.py"
+    path.write_text(f"import subprocess\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 600', {marker!r}],"
+                    f" start_new_session=True)\n")
+    w = Worker()
+    s = w.open(path)
+    for _ in range(250):
+        if host_pids(marker):
+            break
+        time.sleep(0.02)
+    assert host_pids(marker)
+    os.kill(w.pid, 9)
+    for _ in range(250):
+        if not host_pids(marker):
+            break
+        time.sleep(0.02)
+    assert not host_pids(marker)
+    w.close()

@@ -184,6 +184,10 @@ class Grader:
         except ValueError as err:  # a folder with no single entry module
             submission = None
             graded.note = f"the submission could not be opened: {err}"
+        except client.WorkerError as err:  # the grading server failed: this submission fails, the batch goes on
+            submission = None
+            graded.note = f"the grading server failed while opening the submission: {err}"
+            self._restart()
         try:
             if submission is not None and submission.status != client.OK:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
@@ -203,6 +207,15 @@ class Grader:
         self.diagnoser.explain(graded)
         graded.seconds = time.monotonic() - start
         return graded
+
+    def _restart(self):
+        """A new worker server in place of one that failed (its large arguments shared again)."""
+        old, self._worker = self._worker, client.Worker(budget=self.budget)
+        self._shared = threading.Lock()
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001 (it is gone already)
+            pass
 
     def _share_arguments(self):
         """Before the first child is forked: the graded calls' large arguments, stored in the worker server."""

@@ -19,6 +19,8 @@ import attention_core
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 TMP_SIZE = 64 << 20  # bytes of each private tmpfs (/tmp, /dev/shm, $HOME), and of the submission's copy
 DISTRIBUTION = "attention-core"
+# What a checkout holds beside the package that copies expected values (masked where a bind reaches it).
+CHECKOUT = ("cases", "tests", ".git", "build", "README.md", "docs", "benchmarks", "dist")
 
 
 def plan(site_dirs, *, limits, root, scratch, namespaces=True):
@@ -46,6 +48,9 @@ def project_files(site_dirs=()):
     (install metadata, an editable install's ``.pth`` file and finder) or listed as its files."""
     package = Path(attention_core.__file__).resolve().parent
     found = {str(package)}
+    checkout = package.parent
+    if (checkout / "pyproject.toml").exists():  # a checkout: what else of it holds expected values
+        found |= {str(checkout / name) for name in CHECKOUT if (checkout / name).exists()}
     cases = importlib.util.find_spec("attention_core.cases")
     if cases is not None and cases.submodule_search_locations:
         found |= {os.path.realpath(p) for p in cases.submodule_search_locations}

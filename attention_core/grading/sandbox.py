@@ -31,10 +31,11 @@ import time
 import fcntl
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC, CLONE_NEWUTS = 0x08000000, 0x04000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = \
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE = 38, 4
+PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE, PR_SET_PDEATHSIG = 38, 4, 1
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41}.get(platform.machine())
 NOBODY = 65534
 HOME = "/home/sandbox"
@@ -42,7 +43,7 @@ SUBMISSION = "/submission"  # where the copy of the submission lies in the fresh
 
 # What each protection is called in reports, in the order they are set up.
 NAMES = {
-    "namespaces": "own user, PID, mount and network namespaces",
+    "namespaces": "own user, PID, mount, network, IPC and UTS namespaces",
     "fresh_root": "a fresh root holding only the allow-list (the checkout, the case files and other "
                   "submissions are not there)",
     "proc": "its own /proc (only its own processes)",
@@ -50,10 +51,15 @@ NAMES = {
     "unprivileged": "an unprivileged uid",
     "locked": "mounts locked by a nested user namespace",
     "no_capabilities": "no capabilities, no new privileges",
+    "no_user_namespaces": "no new user namespaces (where it would have every capability again)",
     "limits": "limits on CPU time, memory, file size, processes and open files",
     "cgroup": "one memory and process-count limit for all of its processes together",
     "private_tmp": "a private temporary folder and home",
 }
+
+
+class Refused(Exception):
+    """The sandbox could not be built for this submission: it must not run."""
 
 
 class Protections:
@@ -197,7 +203,7 @@ def enter_namespaces(plan, protections):
     if not plan["namespaces"]:
         protections.miss("namespaces", "turned off (namespaces=False)")
         return privileged
-    flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET
+    flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     uid, gid = os.geteuid(), os.getegid()
     try:
         unshare(flags if privileged else flags | CLONE_NEWUSER)
@@ -213,9 +219,11 @@ def enter_namespaces(plan, protections):
 
 
 def build(plan, protections, privileged):
-    """Build the fresh root, drop privileges, lock the mounts, set the limits. Never raises: what
-    fails is recorded in ``protections``. Returns the folder that holds the submission's copy (None:
-    it could not be copied, and is imported where it lies)."""
+    """Build the fresh root, drop privileges, lock the mounts, set the limits. What fails is recorded in
+    ``protections``; where the namespaces were made but the fresh root cannot be (a FIFO or an oversized
+    file in the submission, …), raises Refused: the submission does not run rather than run with the
+    whole file system in view. Returns the folder that holds the submission's copy (None: it could
+    not be copied, and is imported where it lies)."""
     namespaces = "namespaces" in protections.held
     copy = None
     if namespaces:
@@ -223,8 +231,9 @@ def build(plan, protections, privileged):
             _fresh_root(plan, protections)
             protections.hold("fresh_root")
             copy = SUBMISSION
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 (RecursionError from a deep folder, too)
             protections.miss("fresh_root", e)
+            raise Refused(f"its sandbox could not be built: {str(e)[:300]}") from None
         try:
             _loopback_up()
         except OSError:
@@ -260,6 +269,11 @@ def build(plan, protections, privileged):
             protections.hold("locked")
         except OSError as e:
             protections.miss("locked", e)
+        try:  # no user namespace of its own, in which it would have every capability again
+            write_file("/proc/sys/user/max_user_namespaces", "0")
+            protections.hold("no_user_namespaces")
+        except OSError as e:
+            protections.miss("no_user_namespaces", e)
     try:
         _drop_capabilities()
         protections.hold("no_capabilities")
@@ -327,12 +341,11 @@ def _copy_submission(source, target):
         shutil.copytree(source, destination, symlinks=True, copy_function=shutil.copyfile)
     else:
         shutil.copyfile(source, destination)
-    for folder, dirs, files in os.walk(target):
-        for name in dirs:
-            os.chmod(os.path.join(folder, name), 0o755)
-        for name in files:
-            if not os.path.islink(os.path.join(folder, name)):
-                os.chmod(os.path.join(folder, name), 0o644)
+    for folder, dirs, files in os.walk(target):  # links stay links: never followed, never changed
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o755 if name in dirs else 0o644)
 
 
 def moved(path, plan, copy):
@@ -383,7 +396,7 @@ def _private_scratch(plan, protections, privileged):
         copy = os.path.join(scratch, "submission")
         os.mkdir(copy, 0o755)
         _copy_submission(plan["submission"], copy)
-    except OSError:
+    except Exception:  # noqa: BLE001 (imported where it lies, then)
         copy = None
     try:
         if privileged:
@@ -421,10 +434,23 @@ def set_limits(limits):
 # ---- the guard's wait -------------------------------------------------------------------------------
 
 
-def guard(inner, status_fd):
+def guard(inner, status_fd, server):
     """Wait for the inner process without collecting it (its pid stays its own until the server has
-    killed it), report how it ended on ``status_fd``, then wait to be killed."""
+    killed it), report how it ended on ``status_fd``, then wait to be killed. Should the server die
+    first, kill the inner process (and so its PID namespace) and leave."""
+    def orphaned(*_):
+        try:
+            os.kill(inner, signal.SIGKILL)
+        finally:
+            os._exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, orphaned)
+    try:
+        _call(libc().prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0), "prctl(PDEATHSIG)")
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != server:  # the server died before the signal was asked for
+        orphaned()
     try:
         info = os.waitid(os.P_PID, inner, os.WEXITED | os.WNOWAIT)
         ended = {1: "exited", 2: "killed", 3: "dumped"}.get(info.si_code, "exited")

@@ -203,6 +203,10 @@ def decode(text, blob, shared=None):
         return walk(tree)
     except RecursionError:
         raise WireError("a message nests too deeply") from None
+    except WireError:
+        raise
+    except Exception as e:  # noqa: BLE001 (torch refusing a device name, a shape, …: the message is malformed)
+        raise WireError(f"a value cannot be built: {type(e).__name__}: {str(e)[:120]}") from None
 
 
 def _checked(name, shape):

@@ -63,8 +63,8 @@ def serve(ctl, wire, sandbox):
         else:
             reply = {"error": f"unknown request {op!r}"}
         ctl.sendall(wire.encode(reply))
-    for pid, (inner, status) in children.items():
-        reap(pid, inner, status)
+    for pid, child in children.items():
+        reap(pid, *child)
     for name in LEFT:  # a submission's last processes may have taken a while to be gone
         sandbox.remove_cgroups(name, tries=200)
 
@@ -83,6 +83,7 @@ def receive_request(ctl, wire):
 def open_child(request, fds, ctl, wire, sandbox, shared, children):
     """Fork a submission's guard, which makes its inner process; their pids and the protections in force."""
     status_r, status_w = os.pipe()
+    server = os.getpid()
     try:
         pid = os.fork()
     except OSError as e:
@@ -92,19 +93,21 @@ def open_child(request, fds, ctl, wire, sandbox, shared, children):
     if pid == 0:
         try:
             os.close(status_r)
-            guard_main(request, fds, ctl, wire, sandbox, shared, status_w)
+            guard_main(request, fds, ctl, wire, sandbox, shared, status_w, server)
         finally:
             os._exit(70)
     for fd in (*fds, status_w):
         os.close(fd)
-    lines = dict(line.partition(" ")[::2] for line in read_lines(status_r, 2, timeout=30.0))
+    read = read_lines(status_r, 2, timeout=30.0)
+    lines = dict(line.partition(" ")[::2] for line in read)
+    ended = [line for line in read if line.split(" ")[0] in ("exited", "killed", "dumped")]  # a quick end
     try:  # the guard's line and the inner process's, in either order
         inner, protections = int(lines["inner"]), json.loads(lines["protections"])
     except (KeyError, ValueError):
         inner, protections = int(lines.get("inner", 0)) or None, None
-    children[pid] = (inner, status_r)
+    children[pid] = (inner, status_r, ended)
     if protections is None:
-        reap(pid, inner, status_r)
+        reap(pid, inner, status_r, ended)
         del children[pid]
         return {"error": "a submission's process could not be set up"}
     return {"pid": pid, "protections": protections}
@@ -122,13 +125,13 @@ def read_lines(fd, count, timeout):
     return data.decode("utf-8", "replace").splitlines()
 
 
-def reap(pid, inner, status_fd):
+def reap(pid, inner, status_fd, ended=()):
     """Kill a submission's inner process (its PID namespace with it) and its guard; how the inner ended."""
+    ended = list(ended)
     if inner is not None:
         kill(inner)  # never collected by its guard: the pid is still the inner process's own
-        ended = read_lines(status_fd, 1, timeout=2.0)
-    else:
-        ended = []
+        if not ended:
+            ended = read_lines(status_fd, 1, timeout=2.0)
     kill(pid)
     os.waitpid(pid, 0)
     os.close(status_fd)
@@ -177,7 +180,7 @@ def kill(pid):
 # ---- a child: one submission ----------------------------------------------------------------
 
 
-def guard_main(request, fds, ctl, wire, sandbox, shared, status_w):
+def guard_main(request, fds, ctl, wire, sandbox, shared, status_w, server):
     """The guard: enter the namespaces, fork the inner process, report its pid, wait."""
     os.setsid()
     ctl.close()
@@ -190,8 +193,12 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w):
     inner = os.fork()
     if inner == 0:
         try:
+            refused = None
             if plan:
-                copy = sandbox.build(plan, protections, privileged)
+                try:
+                    copy = sandbox.build(plan, protections, privileged)
+                except Exception as e:  # noqa: BLE001 (fail closed: the submission does not run)
+                    refused, copy = str(e) if isinstance(e, sandbox.Refused) else f"its sandbox failed: {e!r}", None
                 if copy is not None:  # the submission is imported from its copy
                     request = dict(request, entry=sandbox.moved(request["entry"], plan, copy),
                                    root=sandbox.moved(request["root"], plan, copy))
@@ -199,13 +206,13 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w):
                 protections.miss("namespaces", "the sandbox is off")
             os.write(status_w, f"protections {json.dumps(protections.as_dict())}\n".encode())
             os.close(status_w)
-            child_main(request, fds, wire, shared)
+            child_main(request, fds, wire, shared, refused)
         finally:
             os._exit(70)
     os.write(status_w, f"inner {inner}\n".encode())
     for fd in fds:
         os.close(fd)
-    sandbox.guard(inner, status_w)
+    sandbox.guard(inner, status_w, server)
 
 
 def close_other_fds(keep):
@@ -218,8 +225,13 @@ def close_other_fds(keep):
     os.closerange(start, max(start + 1, os.sysconf("SC_OPEN_MAX")))
 
 
-def child_main(request, fds, wire, shared):
+def child_main(request, fds, wire, shared, refused=None):
     sock_fd, out_fd = fds
+    if refused:  # nothing of the submission runs
+        socket.socket(fileno=sock_fd).sendall(wire.encode(
+            {"status": "import error", "message": f"the submission was not run: {refused}", "traceback": [],
+             "names": []}))
+        return
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     devnull = os.open(os.devnull, os.O_RDONLY)
