@@ -193,6 +193,19 @@ def remove_cgroups(name, tries=1):
     return not left
 
 
+def remove_stale_cgroups(prefix="attention-sandbox-"):
+    """Remove the empty cgroups an earlier server left (one that died cannot remove its submissions');
+    a cgroup still in use is not empty, and rmdir refuses it."""
+    for path in cgroup_dirs("x").values():
+        parent = os.path.dirname(path)
+        for name in os.listdir(parent) if os.path.isdir(parent) else ():
+            if name.startswith(prefix):
+                try:
+                    os.rmdir(os.path.join(parent, name))
+                except OSError:
+                    pass
+
+
 # ---- the guard: outside, in the worker server's child -------------------------------------------
 
 

@@ -448,6 +448,7 @@ def main(argv):
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     wire = load("wire")  # imports torch
     sandbox = load("sandbox")
+    sandbox.remove_stale_cgroups()
     warm_up(sys.modules["torch"])
     gc.freeze()  # the children's collections leave the server's objects alone (and their pages shared)
     serve(socket.socket(fileno=ctl_fd), wire, sandbox)
