@@ -22,8 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from attention_core.harness import fields  # noqa: E402
-from attention_core.harness.cases import load_folder  # noqa: E402
+from attention_core.harness.cases import clear_caches, load_folder  # noqa: E402
 
 _DIGIT = re.compile(r"(?<=\d\.\d\d)\d(?=\d*[,\]\s])")  # a printed number's third decimal
 
@@ -36,8 +35,7 @@ def write_copies(folder, text, count, *, vary):
 
 def time_loading(folder):
     """(wall, CPU) seconds of one load of ``folder``; the CPU time is this process's alone."""
-    fields._parsed.cache_clear()  # each run starts cold
-    fields._parsed_expression.cache_clear()
+    clear_caches()  # each run starts cold
     start, cpu = time.perf_counter(), time.process_time()
     loaded = load_folder(folder)
     elapsed = time.perf_counter() - start, time.process_time() - cpu

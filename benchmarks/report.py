@@ -42,7 +42,7 @@ def main():
             path.write_text(mutants.submission_source(mutant), encoding="utf-8")
             paths.append(path)
         with Grader() as grader:  # one torch thread inside, as ``grade`` writes its files
-            graded = grader.grade_all(paths)
+            graded = [grader.grade(p) for p in paths]
             added = {one.name: [] for one in graded}
             for round_ in range(args.rounds + 1):
                 for one in graded:

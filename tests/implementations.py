@@ -13,8 +13,9 @@ Every style keeps the conventions of the spec: a bool mask is True where a query
 a float mask is added; the default scale is 1/sqrt(d_k); a fully masked row is unspecified
 (-inf gives NaN, -1e9 a uniform row). Results keep the input's floating dtype.
 
-``SOFTMAX_ONLY`` and ``EMPTY`` are incomplete submissions. ``MISTAKES`` maps a mistake to the
-functions that replace the reference's: each is wrong, and some check of the documents must say so.
+``SOFTMAX_ONLY`` and ``EMPTY`` are incomplete submissions. The deliberate mistakes at the end
+are the harness's own wrong implementations for its tolerance tests (the grader's mistake
+library, with every mutant checked against the documents, is ``attention_core/grading/mutants.py``).
 """
 
 import math
@@ -386,57 +387,8 @@ def attention_wrong_axis(q, k, v, mask=None, scale=None):
     return weights @ v, weights
 
 
-def mask_without_diagonal(T, device=None):
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
-
-
-def split_by_bare_view(x, n_heads):
-    *lead, T, C = x.shape
-    return x.reshape(*lead, n_heads, T, C // n_heads)  # (..., nh, T, hs) without the transpose
-
-
-def merge_by_bare_view(x):
-    *lead, nh, T, hs = x.shape
-    return x.reshape(*lead, T, nh * hs)
-
-
 def inverted_mask(q, k, v, mask=None, scale=None):
     """Reads a bool mask as nn.MultiheadAttention's: True = may not attend."""
     if mask is not None and mask.dtype == torch.bool:
         mask = ~mask
     return reference.attention(q, k, v, mask=mask, scale=scale)
-
-
-def attention_v_transposed(q, k, v, mask=None, scale=None):
-    """Document 002's own slip: the weights multiply v.T (it runs only where v is square)."""
-    _, weights = reference.attention(q, k, v, mask=mask, scale=scale)
-    return weights @ v.transpose(-2, -1), weights
-
-
-def layer_norm_unbiased(x, eps=1e-5):
-    mean = x.mean(dim=-1, keepdim=True)
-    return (x - mean) / torch.sqrt(x.var(dim=-1, keepdim=True) + eps)  # var divides by C - 1
-
-
-def causal_average_without_current(x):
-    """Row t is the mean of rows 0..t-1 (row 0, with nothing before it, is zero)."""
-    sums = x.cumsum(dim=-2) - x  # (..., T, C): rows before t
-    counts = torch.arange(x.shape[-2], dtype=x.dtype, device=x.device).clamp(min=1)
-    return sums / counts[:, None]
-
-
-def mha_without_mask(x, w_q, w_k, w_v, n_heads, mask=None):
-    return reference.multi_head_attention(x, w_q, w_k, w_v, n_heads)
-
-
-MISTAKES = {
-    "no 1/sqrt(d_k) scale": {"attention": no_scale},
-    "softmax over the wrong axis": {"softmax": softmax_wrong_axis, "attention": attention_wrong_axis},
-    "causal mask without the diagonal": {"causal_mask": mask_without_diagonal},
-    "heads split and merged by a bare view": {"split_heads": split_by_bare_view, "merge_heads": merge_by_bare_view},
-    "bool mask read inverted": {"attention": inverted_mask},
-    "weights @ v.T": {"attention": attention_v_transposed},
-    "layer norm with the unbiased (n - 1) variance": {"layer_norm": layer_norm_unbiased},
-    "causal average leaving out the current row": {"causal_average": causal_average_without_current},
-    "multi-head attention dropping the mask": {"multi_head_attention": mha_without_mask},
-}

@@ -121,8 +121,10 @@ def test_each_mutant_loses_points_and_is_named_in_the_feedback(batch):
         failed = _failed(result)
         assert result["score"] < result["max_score"], mutant.name
         assert any(mutant.mistake in t["output"] for t in failed), (mutant.name, failed[0]["output"][:400])
-        if mutant.breaks != "values":  # right values: only the backward checks are lost
+        if mutant.breaks != "values":  # right values: only the backward checks are lost, for its reason alone
             assert all(t["name"].endswith("/backward") for t in failed), mutant.name
+            others = [m.mistake for m in mutants.MUTANTS if m.breaks != "values" and m is not mutant]
+            assert not any(other in t["output"] for t in failed for other in others), mutant.name
 
 
 def test_a_hanging_function_costs_one_time_limit_and_the_rest_is_graded(batch):

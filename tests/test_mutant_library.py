@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attention_core import reference, spec
-from attention_core.grading import mutants
+from attention_core.grading import diagnose, mutants
 from attention_core.grading.mutants import MUTANTS, Mutant, relevant, submission_source
 from attention_core.harness import runner
 
@@ -33,9 +33,13 @@ def _checks(mutant):
 # ---------------------------------------------------------------- against the shipped case files
 
 
+DOCUMENTS = ("000_", "001_", "002_", "003_", "004_")
+
+
 @pytest.mark.parametrize("mutant", BY_BREAKS["values"], ids=ids)
-def test_a_values_mutant_fails_a_shipped_check(mutant):
-    assert any(not result.passed for _, result in _checks(mutant)), f"{mutant.name}: no shipped check catches it"
+def test_a_values_mutant_fails_a_check_of_the_documents_themselves(mutant):
+    assert any(not result.passed for item, result in _checks(mutant) if item.file.name.startswith(DOCUMENTS)), \
+        f"{mutant.name}: no check of the documents catches it"
 
 
 @pytest.mark.parametrize("mutant", BY_BREAKS["gradient"] + BY_BREAKS["side effect"], ids=ids)
@@ -194,7 +198,7 @@ def test_renaming_touches_names_only():
 def test_every_mutant_is_described_and_matches_the_spec_signatures():
     assert len({m.name for m in MUTANTS}) == len(MUTANTS)
     for m in MUTANTS:
-        assert m.functions and m.mistake and m.fix and m.breaks in mutants.BREAKS, m.name
+        assert m.functions and m.mistake and m.fix, m.name
         for name, function in m.functions.items():
             params = inspect.signature(function).parameters.values()
             wanted = spec.FUNCTIONS[name].params
@@ -208,8 +212,14 @@ def test_relevant_lists_the_mutants_that_change_a_function():
                                                        "tolist_round_trip"]
     assert relevant("no_such_function") == []
     for name in spec.NAMES:
-        assert relevant(name) == [m for m in MUTANTS if name in m.functions]
         assert relevant(name), f"no mutant of {name}"
+
+
+def test_agreement_with_a_mutant_matches_an_infinity_only_with_itself_and_nan_with_nan():
+    inf, nan = float("inf"), float("nan")
+    ours = torch.tensor([0.0, inf, -inf, nan, 1.0], dtype=torch.float64)
+    theirs = torch.tensor([inf, inf, inf, nan, 1.0], dtype=torch.float64)
+    assert [diagnose._close(a, b, 1e-5, 1e-8) for a, b in zip(ours, theirs)] == [False, True, False, True, True]
 
 
 def test_breaks_is_one_of_three_words():

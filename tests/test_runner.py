@@ -92,17 +92,18 @@ def test_failures_carry_their_tensors_for_drawing():
     assert failure.mismatch.index is not None and failure.line > 0
 
 
-def test_a_bug_of_the_harness_is_a_harness_error_and_the_cli_exits_2(monkeypatch, capsys):
+def test_a_bug_of_the_harness_is_a_harness_error_and_the_cli_exits_2(monkeypatch, capsys, tmp_path):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
     monkeypatch.setattr(compare, "compare_printed", broken)
     item = next(i for i in ITEMS if i.id == "001_self_attention/four_by_four/softmax")
     result = runner.run(item)
     assert result.status is Status.HARNESS_ERROR and "ZeroDivisionError: a bug" in result.message
-    assert main(["--device", "cpu"]) == 2
+    _one_file(tmp_path, "      - id: s\n        call: softmax(x)\n        expect:\n          out: tensor([0.2689, 0.7311])\n")
+    assert main(["--cases", str(tmp_path), "--device", "cpu"]) == 2
     out = capsys.readouterr().out
     assert "HARNESS ERROR" in out and "Traceback" not in out
-    assert main(["--device", "cpu", "-v"]) == 2
+    assert main(["--cases", str(tmp_path), "--device", "cpu", "-v"]) == 2
     assert "Traceback (most recent call last)" in capsys.readouterr().out
 
 

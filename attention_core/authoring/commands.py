@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from attention_core.harness import runner
+from attention_core.harness.cases import SCHEMA_FILE
 
 
 def add_authoring_commands(commands, common):
@@ -109,7 +110,7 @@ def _refused(path, force):
 
 
 def _schema():
-    return runner.default_cases_folder() / "case-file.schema.json"
+    return runner.default_cases_folder() / SCHEMA_FILE
 
 
 AUTHORING = {"lint": lint_command, "import": import_command, "record": record_command, "new": new_command}

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from attention_core.authoring import notebook
 
-SCHEMA_FILE = "case-file.schema.json"
 PENDING_CHECK = "write the computation that printed this: `call:` (a spec function) or `expr:`"
 
 _HOW = """\

@@ -10,7 +10,7 @@ runs as an unprivileged user who cannot read that folder) and always writes ``re
 also when grading fails or runs out of time, then with the reason and what was graded so far.
 """
 
-import io
+import importlib.metadata
 import json
 import os
 import threading
@@ -51,22 +51,15 @@ exec "${ATTENTION_PYTHON:-/opt/attention-venv/bin/python}" -m attention_core.gra
 
 def bundle(out, project):
     """Write the zip Gradescope takes: setup.sh, run_autograder and this harness's source."""
-    meta = _dependencies(project / "pyproject.toml")
-    torch_pin = next((d[len("torch"):] for d in meta if d.startswith("torch")), "")
-    others = " ".join(f"'{d}'" for d in meta if not d.startswith("torch"))
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+    needs = [d for d in importlib.metadata.requires("attention-core") or () if "extra ==" not in d]
+    torch_pin = next((d[len("torch"):] for d in needs if d.startswith("torch")), "")
+    others = " ".join(f"'{d}'" for d in needs if not d.startswith("torch"))
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         _add(z, "setup.sh", SETUP.format(torch=torch_pin, dependencies=others), executable=True)
         _add(z, "run_autograder", RUN, executable=True)
         for path in sorted(_source_files(project)):
             _add(z, f"attention-core/{path.relative_to(project)}", path.read_bytes())
-    out.write_bytes(buffer.getvalue())
     return out
-
-
-def _dependencies(pyproject):
-    import tomllib
-    return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
 
 
 def _source_files(project):

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from attention_core.grading import gradescope
 from attention_core.grading.grader import Grader, sandbox_warning, submission_name
+from attention_core.harness.text import points
 from attention_core.report.figures import Drawings
 from attention_core.report.html import submission_page
 
@@ -33,12 +34,15 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
         if jobs > 1 and len(paths) > 1:
             scores = _in_processes(paths, names, out, cases, options, min(jobs, len(paths)), bar)
         else:
+            scores = []
             with Grader(cases, **options) as grader:
-                scores = [_grade_and_write(grader, p, n, out, bar.update) for p, n in zip(paths, names)]
+                for path, name in zip(paths, names):
+                    scores.append(_grade_and_write(grader, path, name, out))
+                    bar.update()
     gradescope.write_gradebook(scores, out / "gradebook.csv")
     width = max(len(n) for n in names)
     for one in scores:
-        print(f"{one.name:<{width}}  {gradescope.number(one.score):>6} / {gradescope.number(one.max_score)}",
+        print(f"{one.name:<{width}}  {points(one.score):>6} / {points(one.max_score)}",
               file=stream)
     for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
@@ -64,15 +68,13 @@ class Score:
     score: float
 
 
-def _grade_and_write(grader, path, name, out, done=None):
+def _grade_and_write(grader, path, name, out):
     """Grade one submission, write its results.json and report.html; its Scores."""
     graded = grader.grade(path)
     graded.name = name
     drawings = Drawings()  # each failed check drawn once, for results.json and report.html
     folder = gradescope.write_results(graded, out, drawings=drawings)
     (folder / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
-    if done is not None:
-        done()
     return Scores(name, graded.score, graded.max_score, graded.protections,
                   [Score(g.check_id, g.score) for g in graded.grades])
 

@@ -30,8 +30,8 @@ import torch
 
 from attention_core import spec
 from attention_core.grading import plan, wire
-from attention_core.grading.replies import (  # noqa: F401  (the statuses are part of this module's interface)
-    CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, RAISED, TIMEOUT, CallOutcome, check_hello, checked_outcome)
+from attention_core.grading.replies import (
+    CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, TIMEOUT, CallOutcome, check_hello, checked_outcome)
 
 WORKER = Path(__file__).with_name("worker.py")
 KEPT_ENVIRONMENT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
@@ -80,12 +80,8 @@ class Worker:
         self._scratch = tempfile.mkdtemp(prefix="attention-sandbox-")
         os.chmod(self._scratch, 0o711)  # an unprivileged child may pass through to its own folder
         os.mkdir(os.path.join(self._scratch, "root"), 0o755)
-        self._plan = plan.plan(site_dirs(), root=os.path.join(self._scratch, "root"), scratch=None,
-                               namespaces=namespaces, limits={
-            "RLIMIT_CPU": (int(budget) + 5, int(budget) + 10), "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NPROC": 128,
-            "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}) if sandbox else None
-        if self._plan is not None:
-            self._plan["processes"] = 128  # of all of a submission's processes, where a cgroup holds them
+        self._plan = plan.plan(site_dirs(), root=os.path.join(self._scratch, "root"), budget=budget,
+                               namespaces=namespaces) if sandbox else None
         ours, theirs = socket.socketpair()
         # The server's environment is every child's (and readable in its /proc): only what torch needs.
         env = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
@@ -323,8 +319,7 @@ class Submission:
         ours.setblocking(False)
         w = self._worker
         scratch = tempfile.mkdtemp(dir=w._scratch)
-        sandbox = None if w._plan is None else plan.with_submission(
-            dict(w._plan, scratch=scratch), self.path)
+        sandbox = None if w._plan is None else plan.with_submission(w._plan, self.path, scratch)
         request = {"op": "open", "entry": str(self._entry), "root": str(self._root), "module": self._module,
                    "package": self._package, "names": list(spec.NAMES), "memory": w.memory_limit,
                    "reply_limit": w.reply_limit, "sandbox": sandbox}

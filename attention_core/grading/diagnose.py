@@ -6,7 +6,6 @@ output agrees with a mutant's and not with the reference's, or fails the way the
 fix it. Mutants are run here, in the grader (they are our code), once per check and batch.
 """
 
-import threading
 import warnings
 
 import torch
@@ -24,7 +23,6 @@ class Diagnoser:
         self.library = library
         self.preparation = preparation
         self._results = {}
-        self._lock = threading.Lock()
 
     def explain(self, graded):
         """Fill ``diagnosis`` on every failed grade of a graded submission."""
@@ -32,7 +30,7 @@ class Diagnoser:
             if grade.result.passed or grade.item.error is not None:
                 continue
             if grade.check_id.endswith("/backward"):
-                grade.diagnosis = self._backward(grade.result)
+                grade.diagnosis = self._backward(grade.item, grade.result)
             else:
                 found = self.candidates(grade.item, grade.result)
                 grade.diagnosis = "\n".join(f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in found)
@@ -57,24 +55,21 @@ class Diagnoser:
 
     def _mutant_result(self, item, mutant):
         key = (item, mutant.name)
-        with self._lock:
-            known = self._results.get(key)
-        if known is None:
+        if key not in self._results:
             with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
                 warnings.simplefilter("ignore")
-                known = runner.run(item, functions={**runner.REFERENCE, **mutant.functions},
-                                   preparation=self.preparation)
-            with self._lock:
-                self._results[key] = known
-        return known
+                self._results[key] = runner.run(item, functions={**runner.REFERENCE, **mutant.functions},
+                                                preparation=self.preparation)
+        return self._results[key]
 
-    def _backward(self, result):
+    def _backward(self, item, result):
+        """The mutants of the check's function that lose what its backward check found lost."""
         stages = {f.mismatch.stage for f in result.failures}
+        no_gradient = any(f.mismatch.stage == "gradient" and "no gradient reaches" in f.mismatch.message
+                          for f in result.failures)
         lines = [f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in self.library
-                 if (m.breaks == "side effect" and "side effect" in stages)
-                 or (m.breaks == "gradient" and any(f.mismatch.stage == "gradient" and
-                                                    "no gradient reaches" in f.mismatch.message
-                                                    for f in result.failures))]
+                 if item.check.function in m.functions
+                 and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
         return "\n".join(lines)
 
 
@@ -113,6 +108,5 @@ def _agree(ours, theirs, item):
 
 
 def _close(a, b, rtol, atol):
-    """Element-wise |a - b| <= atol + rtol |b|, NaN matching NaN and an infinity itself (no report)."""
-    same = (a == b) | (a.isnan() & b.isnan())
-    return bool((same | ((a - b).abs() <= atol + rtol * b.abs())).all())
+    """Element-wise |a - b| <= atol + rtol |b|, NaN matching NaN and an infinity only itself (no report)."""
+    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True).all())

@@ -8,16 +8,14 @@ and compares them with the float64 torch route's, and fails a call that changed 
 tensors in place.
 """
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from attention_core import spec
-from attention_core.grading import client, sandbox, wire
+from attention_core.grading import client, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.results import CallFailed, Failure, Result, Status
@@ -109,7 +107,7 @@ class RemoteFunctions:
             if self.gradients and _differentiable(args, kwargs):
                 outcome = self.submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
                                                     timeout=self.timeout, keep=self.keep)
-                if outcome.status == client.RAISED:
+                if outcome.status == replies.RAISED:
                     outcome = None  # it may raise under autograd only (.numpy()): its values still count
                 else:
                     self.last_grad = (name, outcome)
@@ -121,14 +119,14 @@ class RemoteFunctions:
     def value(self, name, outcome):
         """The outcome's value, or the CallFailed that says why there is none."""
         details = "\n".join(outcome.traceback) + (f"\noutput:\n{outcome.output}" if outcome.output else "")
-        if outcome.status == client.OK:
+        if outcome.status == replies.OK:
             return outcome.value
-        if outcome.status == client.TIMEOUT:
+        if outcome.status == replies.TIMEOUT:
             self.timed_out.add(name)
             raise CallFailed(Status.TIMEOUT, f"`{name}`: {outcome.message}", details)
-        if outcome.status == client.NOT_IMPLEMENTED:
+        if outcome.status == replies.NOT_IMPLEMENTED:
             raise CallFailed(Status.NOT_IMPLEMENTED, f"`{name}` raised {outcome.message}", details)
-        if outcome.status == client.CRASHED:
+        if outcome.status == replies.CRASHED:
             raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` crashed: {outcome.message}", details)
         raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` raised {outcome.message}", details)
 
@@ -136,48 +134,32 @@ class RemoteFunctions:
 class Grader:
     """Grades submissions against the graded checks of a case folder, with one worker server."""
 
-    def __init__(self, cases=None, *, call_timeout=CALL_TIMEOUT, budget=BUDGET, gradient_points=GRADIENT_POINTS,
-                 jobs=1):
+    def __init__(self, cases=None, *, call_timeout=CALL_TIMEOUT, budget=BUDGET, gradient_points=GRADIENT_POINTS):
         folder = cases or runner.default_cases_folder()
         self.items = [i for i in runner.collect(folder) if i.error is not None or i.check.kind == "call"]
         self.call_timeout, self.budget, self.gradient_points = call_timeout, budget, gradient_points
-        self.jobs = max(1, int(jobs))
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         self.diagnoser = Diagnoser(self.preparation)
         self._worker = None
         self._golden_grads = {}
         self._threads = None
-        self._shared = threading.Lock()  # held while the large arguments are made and shared; then None
 
     def __enter__(self):
         # The grader's own tensors are small: one thread avoids thread-pool overhead on every operation.
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        self._worker = client.Worker(budget=self.budget)
+        self._worker = self._new_worker()
         return self
 
     def __exit__(self, *exc):
         self._worker.close()
         torch.set_num_threads(self._threads)
 
-    def grade_all(self, paths, *, progress=None):
-        """Grade every submission (``jobs`` at a time); ``progress()`` is called after each."""
-        def one(path):
-            graded = self.grade(path)
-            if progress is not None:
-                progress(graded)
-            return graded
-        if self.jobs == 1:
-            return [one(p) for p in paths]
-        with ThreadPoolExecutor(self.jobs) as pool:
-            return list(pool.map(one, paths))
-
     def grade(self, path, *, into=None):
         """Grade one submission (a ``.py`` file or a folder); ``into``: the SubmissionGrade to fill, check
         by check (another thread may read what is graded so far)."""
         path = Path(path)
         start = time.monotonic()
-        self._share_arguments()
         graded = into if into is not None else SubmissionGrade(submission_name(path), path)
         try:
             submission = self._worker.open(path)
@@ -189,7 +171,7 @@ class Grader:
             graded.note = f"the grading server failed while opening the submission: {err}"
             self._restart()
         try:
-            if submission is not None and submission.status != client.OK:
+            if submission is not None and submission.status != replies.OK:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
                               "\n".join(submission.traceback)
             functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0)
@@ -209,32 +191,26 @@ class Grader:
         return graded
 
     def _restart(self):
-        """A new worker server in place of one that failed (its large arguments shared again)."""
-        old, self._worker = self._worker, client.Worker(budget=self.budget)
-        self._shared = threading.Lock()
+        """A new worker server in place of one that failed."""
+        old, self._worker = self._worker, self._new_worker()
         try:
             old.close()
         except Exception:  # noqa: BLE001 (it is gone already)
             pass
 
-    def _share_arguments(self):
-        """Before the first child is forked: the graded calls' large arguments, stored in the worker server."""
-        lock = self._shared
-        if lock is None:
-            return
-        with lock:
-            if self._shared is None:
-                return
-            large = []
-            for item in self.items:
-                if item.error is None:
-                    try:
-                        _, args, kwargs = self.preparation.arguments(item, "cpu")
-                    except Exception:  # a case mistake: the check reports it when it runs
-                        continue
-                    large += [t for t in wire.tensors_in([args, kwargs]) if t.numel() >= SHARE_LIMIT]
-            self._worker.share(large)
-            self._shared = None
+    def _new_worker(self):
+        """A worker server holding the graded calls' large arguments (its children inherit them)."""
+        worker = client.Worker(budget=self.budget)
+        large = []
+        for item in self.items:
+            if item.error is None:
+                try:
+                    _, args, kwargs = self.preparation.arguments(item, "cpu")
+                except Exception:  # noqa: BLE001 (a case mistake: the check reports it when it runs)
+                    continue
+                large += [t for t in wire.tensors_in([args, kwargs]) if t.numel() >= SHARE_LIMIT]
+        worker.share(large)
+        return worker
 
     def _grade_item(self, item, submission, functions, problem):
         if item.error is not None:  # a case file that does not load: reported, worth nothing
@@ -242,7 +218,7 @@ class Grader:
         points = float(item.check.points if item.check.points is not None else 1.0)
         visibility = item.check.visibility or "visible"
         source = _source(item)
-        if functions is None or submission.status != client.OK:
+        if functions is None or submission.status != replies.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
             functions.last_grad, functions.keep = None, _read_results(item.check)
@@ -276,7 +252,7 @@ class Grader:
         def result(status, failures=(), message="", details=""):
             return Result(status, check_id, item.location, header, tuple(failures), message, details)
 
-        if functions is None or submission.status != client.OK:
+        if functions is None or submission.status != replies.OK:
             return result(Status.IMPLEMENTATION_ERROR, message=value_result.message or "the submission did not import")
         if name in functions.timed_out:
             return result(Status.TIMEOUT, message=f"`{name}` timed out earlier (not called again)")

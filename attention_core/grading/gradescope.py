@@ -15,7 +15,7 @@ import json
 import math
 
 from attention_core.harness.results import render
-from attention_core.harness.text import escape_lines
+from attention_core.harness.text import escape_lines, points
 
 OUTPUT_LIMIT = 8000  # characters of one test's output
 PICTURE_LIMIT = 40_000  # characters of inline SVG in one test's output
@@ -26,11 +26,11 @@ def results_json(graded, drawings=None):
     """Gradescope's results dictionary for one graded submission; ``drawings`` (report.figures) adds heatmaps."""
     budget = [PICTURES_LIMIT]  # what is left of it, spent test by test
     return {
-        "score": number(graded.score),
-        "max_score": number(graded.max_score),
+        "score": points(graded.score),
+        "max_score": points(graded.max_score),
         "execution_time": math.ceil(graded.seconds),
         "output": escape_lines(graded.note) if graded.note else
-        f"{number(graded.score)} of {number(graded.max_score)} points.",
+        f"{points(graded.score)} of {points(graded.max_score)} points.",
         "output_format": "text",
         "tests": [_test(grade, drawings, budget) for grade in graded.grades],
     }
@@ -46,8 +46,8 @@ def _test(grade, drawings=None, budget=None):
             output, output_format = f'<pre style="white-space:pre-wrap">{text}</pre>{pictures}', "html"
     return {
         "name": grade.check_id,
-        "score": number(grade.score),
-        "max_score": number(grade.max_score),
+        "score": points(grade.score),
+        "max_score": points(grade.max_score),
         "status": "passed" if grade.result.passed else "failed",
         "output": output,
         "output_format": output_format,
@@ -71,14 +71,6 @@ def feedback(grade):
     return text
 
 
-def write(graded_list, out):
-    """``out/<name>/results.json`` for each submission and ``out/gradebook.csv`` for all."""
-    out.mkdir(parents=True, exist_ok=True)
-    for graded in graded_list:
-        write_results(graded, out)
-    write_gradebook(graded_list, out / "gradebook.csv")
-
-
 def write_results(graded, out, *, drawings=None):
     """``out/<name>/results.json`` for one submission (with heatmaps from ``drawings``); returns its folder."""
     folder = out / graded.name
@@ -96,11 +88,6 @@ def write_gradebook(graded_list, path):
         writer = csv.writer(handle)
         writer.writerow(["submission", "score", "max_score", *checks])
         for graded in graded_list:
-            scores = {g.check_id: number(g.score) for g in graded.grades}
-            writer.writerow([graded.name, number(graded.score), number(graded.max_score),
+            scores = {g.check_id: points(g.score) for g in graded.grades}
+            writer.writerow([graded.name, points(graded.score), points(graded.max_score),
                              *(scores.get(c, "") for c in checks)])
-
-
-def number(x):
-    """A score as JSON and CSV show it: an int when whole."""
-    return int(x) if float(x).is_integer() else round(float(x), 6)

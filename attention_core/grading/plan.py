@@ -2,10 +2,10 @@
 
 Read-only binds, each at its own path: ``/usr`` and the ``/lib*`` folders (or the links to them),
 the Python installation and the site folders the worker's path names (where torch is installed);
-and a copy of the submission (its file, or its folder) under ``/submission``. Masked inside them: this project's own
-files (the package with its case files, its install metadata, an editable install's finder),
-wherever the installation put them. Nothing else: not the checkout, not the output folder,
-not the other submissions.
+and a copy of the submission (its file, or its folder) under ``/submission``. Masked inside
+them: this project's own files (the package with its case files, its install metadata, an
+editable install's finder), wherever the installation put them. Nothing else: not the checkout,
+not the output folder, not the other submissions. And the limits a submission runs under.
 """
 
 import importlib.metadata
@@ -18,13 +18,15 @@ import attention_core
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 TMP_SIZE = 64 << 20  # bytes of each private tmpfs (/tmp, /dev/shm, $HOME), and of the submission's copy
+PROCESSES = 128  # of one uid (an rlimit), and of all of a submission's processes where a cgroup holds them
 DISTRIBUTION = "attention-core"
 # What a checkout holds beside the package that copies expected values (masked where a bind reaches it).
 CHECKOUT = ("cases", "tests", ".git", "build", "README.md", "docs", "benchmarks", "dist")
 
 
-def plan(site_dirs, *, limits, root, scratch, namespaces=True):
-    """The sandbox's plan, without the submission (see :func:`with_submission`)."""
+def plan(site_dirs, *, root, budget, namespaces=True):
+    """The sandbox's plan, without the submission (see :func:`with_submission`); ``root`` is an empty
+    folder to build the fresh root on, ``budget`` the seconds a submission may take."""
     binds, links = [], []
     for path in SYSTEM:
         if os.path.islink(path):
@@ -33,13 +35,16 @@ def plan(site_dirs, *, limits, root, scratch, namespaces=True):
             binds.append(path)
     binds += [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *site_dirs) if os.path.isdir(p)]
     binds = _outermost(binds)
+    limits = {"RLIMIT_CPU": (int(budget) + 5, int(budget) + 10), "RLIMIT_FSIZE": 64 << 20,
+              "RLIMIT_NPROC": PROCESSES, "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}
     return {"binds": binds, "links": links, "masks": sorted(_inside(project_files(site_dirs), binds)), "root": root,
-            "scratch": scratch, "tmp_size": TMP_SIZE, "limits": limits, "namespaces": namespaces}
+            "tmp_size": TMP_SIZE, "limits": limits, "processes": PROCESSES, "namespaces": namespaces}
 
 
-def with_submission(base, path):
-    """The plan for one submission (a file or a folder), which the sandbox copies into its root."""
-    return dict(base, submission=os.path.realpath(path))
+def with_submission(base, path, scratch):
+    """The plan for one submission (a file or a folder), which the sandbox copies into its root;
+    ``scratch``: its private folder where the fresh root cannot be built."""
+    return dict(base, submission=os.path.realpath(path), scratch=scratch)
 
 
 def project_files(site_dirs=()):

@@ -74,6 +74,14 @@ class Protections:
     def miss(self, name, why):
         self.missing[name] = str(why)[:300]
 
+    def attempt(self, name, action):
+        """Run ``action``: ``name`` is held if it returns, missing (with the error) if the system refuses."""
+        try:
+            action()
+            self.hold(name)
+        except (OSError, ValueError) as e:
+            self.miss(name, e)
+
     def as_dict(self):
         return {"held": self.held, "missing": self.missing}
 
@@ -138,22 +146,27 @@ def map_ids(inside_uid, inside_gid, outside_uid, outside_gid):
 # ---- cgroups: one memory and one pids group for all of a submission's processes ----------------
 
 
-def cgroup_dirs(name):
-    """The memory and pids cgroup (v1) folders named ``name`` under this process's own: {controller: path}.
+def cgroup_parents():
+    """This process's own memory and pids cgroup (v1) folders: {controller: path}.
 
     Only where a v1 hierarchy is mounted at /sys/fs/cgroup/<controller>; a v2 hierarchy needs a
     delegated subtree, which a grader rarely has."""
-    dirs = {}
+    parents = {}
     try:
         with open("/proc/self/cgroup") as f:
             rows = [line.rstrip("\n").split(":", 2) for line in f]
     except OSError:
-        return dirs
+        return parents
     for _, controllers, path in rows:
         for controller in controllers.split(","):
             if controller in ("memory", "pids") and os.path.isdir(f"/sys/fs/cgroup/{controller}"):
-                dirs[controller] = f"/sys/fs/cgroup/{controller}{path.rstrip('/')}/{name}"
-    return dirs
+                parents[controller] = f"/sys/fs/cgroup/{controller}{path.rstrip('/')}"
+    return parents
+
+
+def cgroup_dirs(name):
+    """The memory and pids cgroup folders named ``name`` under this process's own: {controller: path}."""
+    return {controller: f"{parent}/{name}" for controller, parent in cgroup_parents().items()}
 
 
 def enter_cgroups(name, memory, processes, protections):
@@ -196,9 +209,8 @@ def remove_cgroups(name, tries=1):
 def remove_stale_cgroups(prefix="attention-sandbox-"):
     """Remove the empty cgroups an earlier server left (one that died cannot remove its submissions');
     a cgroup still in use is not empty, and rmdir refuses it."""
-    for path in cgroup_dirs("x").values():
-        parent = os.path.dirname(path)
-        for name in os.listdir(parent) if os.path.isdir(parent) else ():
+    for parent in cgroup_parents().values():
+        for name in os.listdir(parent):
             if name.startswith(prefix):
                 try:
                     os.rmdir(os.path.join(parent, name))
@@ -238,66 +250,52 @@ def build(plan, protections, privileged):
     whole file system in view. Returns the folder that holds the submission's copy (None: it could
     not be copied, and is imported where it lies)."""
     namespaces = "namespaces" in protections.held
-    copy = None
     if namespaces:
         try:
             _fresh_root(plan, protections)
-            protections.hold("fresh_root")
-            copy = SUBMISSION
         except Exception as e:  # noqa: BLE001 (RecursionError from a deep folder, too)
             protections.miss("fresh_root", e)
             raise Refused(f"its sandbox could not be built: {str(e)[:300]}") from None
+        for name in ("fresh_root", "network", "private_tmp"):
+            protections.hold(name)
         try:
             _loopback_up()
         except OSError:
             pass  # loopback stays down: still no way out
-        protections.hold("network")
+        os.environ.update(HOME=HOME, TMPDIR="/tmp")
+        copy = SUBMISSION
     else:
         for name in ("fresh_root", "proc", "network"):
             protections.miss(name, "no namespaces")
-    os.environ.update(HOME=HOME if "fresh_root" in protections.held else plan["scratch"],
-                      TMPDIR="/tmp" if "fresh_root" in protections.held else plan["scratch"])
-    if "fresh_root" in protections.held:
-        protections.hold("private_tmp")
-    else:
+        os.environ.update(HOME=plan["scratch"], TMPDIR=plan["scratch"])
         copy = _private_scratch(plan, protections, privileged)
     if privileged:
-        try:
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            _call(libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")  # its own /proc files again
-            protections.hold("unprivileged")
-        except OSError as e:
-            protections.miss("unprivileged", e)
+        protections.attempt("unprivileged", _drop_to_nobody)
     elif os.geteuid() == 0 and not namespaces:
         protections.miss("unprivileged", "root, and no unprivileged uid to drop to")
     else:
         protections.hold("unprivileged")  # not root outside: the grader's own unprivileged uid
     if namespaces:
-        try:
-            uid, gid = os.geteuid(), os.getegid()
-            unshare(CLONE_NEWUSER | CLONE_NEWNS)
-            map_ids(NOBODY, NOBODY, uid, gid)
-            protections.hold("locked")
-        except OSError as e:
-            protections.miss("locked", e)
-        try:  # no user namespace of its own, in which it would have every capability again
-            write_file("/proc/sys/user/max_user_namespaces", "0")
-            protections.hold("no_user_namespaces")
-        except OSError as e:
-            protections.miss("no_user_namespaces", e)
-    try:
-        _drop_capabilities()
-        protections.hold("no_capabilities")
-    except OSError as e:
-        protections.miss("no_capabilities", e)
-    try:
-        set_limits(plan["limits"])
-        protections.hold("limits")
-    except (OSError, ValueError) as e:
-        protections.miss("limits", e)
+        protections.attempt("locked", _lock_mounts)
+        # No user namespace of its own, in which it would have every capability again.
+        protections.attempt("no_user_namespaces", lambda: write_file("/proc/sys/user/max_user_namespaces", "0"))
+    protections.attempt("no_capabilities", _drop_capabilities)
+    protections.attempt("limits", lambda: set_limits(plan["limits"]))
     return copy
+
+
+def _drop_to_nobody():
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    _call(libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")  # its own /proc files again
+
+
+def _lock_mounts():
+    """One more user and mount namespace: the mounts made before are locked in it."""
+    uid, gid = os.geteuid(), os.getegid()
+    unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    map_ids(NOBODY, NOBODY, uid, gid)
 
 
 def _fresh_root(plan, protections):
@@ -316,7 +314,7 @@ def _fresh_root(plan, protections):
     os.makedirs(root + SUBMISSION)
     mount("tmpfs", root + SUBMISSION, "tmpfs", MS_NOSUID | MS_NODEV, f"size={plan['tmp_size']},mode=755")
     _copy_submission(plan["submission"], root + SUBMISSION)
-    mount(None, root + SUBMISSION, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _read_only(root + SUBMISSION)
     for path in plan["masks"]:
         target = root + path
         if os.path.isdir(target):
@@ -324,7 +322,7 @@ def _fresh_root(plan, protections):
         elif os.path.lexists(target):
             mount("/dev/null", target, None, MS_BIND)
     for name in ("null", "zero", "full", "random", "urandom"):
-        _bind(f"/dev/{name}", f"{root}/dev/{name}", read_only=False)
+        _bind(f"/dev/{name}", f"{root}/dev/{name}", read_only=False)  # writable, as devices are
     os.makedirs(root + "/etc", exist_ok=True)
     write_file(root + "/etc/passwd", f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{NOBODY}:{NOBODY}::{HOME}:/bin/sh\n")
     write_file(root + "/etc/group", f"root:x:0:\nsandbox:x:{NOBODY}:\n")
@@ -332,12 +330,8 @@ def _fresh_root(plan, protections):
     if os.path.exists("/etc/ld.so.cache"):
         _bind("/etc/ld.so.cache", root + "/etc/ld.so.cache")
     os.makedirs(root + "/proc", exist_ok=True)
-    try:
-        mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        protections.hold("proc")
-    except OSError as e:
-        protections.miss("proc", e)
-    mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    protections.attempt("proc", lambda: mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC))
+    _read_only(root)
     os.chdir(root)
     if SYS_PIVOT_ROOT is None:
         raise OSError(errno.ENOSYS, f"pivot_root: unknown on {platform.machine()}")
@@ -379,19 +373,16 @@ def _bind(source, target, read_only=True):
     elif not os.path.lexists(target):
         open(target, "w").close()
     mount(source, target, None, MS_BIND | MS_REC)
-    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | (MS_RDONLY if read_only else 0)
-    try:
-        mount(None, target, None, flags | _kept_flags(target))
-    except OSError:
-        if read_only:
-            raise
+    if read_only:
+        _read_only(target)
 
 
-def _kept_flags(path):
-    """The flags a remount must keep: a mount made in a user namespace may not drop them."""
+def _read_only(path):
+    """Remount the mount at ``path`` read-only and nosuid, keeping the flags a mount made in a user
+    namespace may not drop (nodev, noexec)."""
     have = os.statvfs(path).f_flag
-    return sum(flag for st, flag in ((os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC)) if have & st) | (
-        MS_RDONLY if have & os.ST_RDONLY else 0)
+    kept = sum(flag for st, flag in ((os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC)) if have & st)
+    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept)
 
 
 def _loopback_up():
@@ -411,14 +402,12 @@ def _private_scratch(plan, protections, privileged):
         _copy_submission(plan["submission"], copy)
     except Exception:  # noqa: BLE001 (imported where it lies, then)
         copy = None
-    try:
+    def private():
         if privileged:
             os.chown(scratch, NOBODY, NOBODY)
         os.chmod(scratch, 0o700)
         os.chdir(scratch)
-        protections.hold("private_tmp")
-    except OSError as e:
-        protections.miss("private_tmp", e)
+    protections.attempt("private_tmp", private)
     return copy
 
 

@@ -42,9 +42,13 @@ def load(name):
 
 # ---- the server -----------------------------------------------------------------------------
 
+SERVER = os.urandom(6).hex()  # in cgroup names: pids repeat across PID namespaces and servers
+LEFT = set()  # cgroups of reaped submissions not yet removed (their last processes still ending)
+
 
 def serve(ctl, wire, sandbox):
-    children, shared = {}, {}  # guard pid -> Child's inner pid and status pipe; name -> tensor
+    # guard pid -> (inner pid, status pipe, the inner's end if already read); name -> tensor
+    children, shared = {}, {}
     while True:
         request, fds = receive_request(ctl, wire)
         if request is None:
@@ -54,7 +58,7 @@ def serve(ctl, wire, sandbox):
             reply = open_child(request, fds, ctl, wire, sandbox, shared, children)
         elif op == "reap":
             pid = request["pid"]
-            reply = reap(pid, *children.pop(pid)) if pid in children else {"error": f"no child {pid}"}
+            reply = reap(sandbox, pid, *children.pop(pid)) if pid in children else {"error": f"no child {pid}"}
         elif op == "share":
             shared.update(request["tensors"])
             reply = {"shared": len(shared)}
@@ -64,7 +68,7 @@ def serve(ctl, wire, sandbox):
             reply = {"error": f"unknown request {op!r}"}
         ctl.sendall(wire.encode(reply))
     for pid, child in children.items():
-        reap(pid, *child)
+        reap(sandbox, pid, *child)
     for name in LEFT:  # a submission's last processes may have taken a while to be gone
         sandbox.remove_cgroups(name, tries=200)
 
@@ -107,7 +111,7 @@ def open_child(request, fds, ctl, wire, sandbox, shared, children):
         inner, protections = int(lines.get("inner", 0)) or None, None
     children[pid] = (inner, status_r, ended)
     if protections is None:
-        reap(pid, inner, status_r, ended)
+        reap(sandbox, pid, inner, status_r, ended)
         del children[pid]
         return {"error": "a submission's process could not be set up"}
     return {"pid": pid, "protections": protections}
@@ -125,7 +129,7 @@ def read_lines(fd, count, timeout):
     return data.decode("utf-8", "replace").splitlines()
 
 
-def reap(pid, inner, status_fd, ended=()):
+def reap(sandbox, pid, inner, status_fd, ended=()):
     """Kill a submission's inner process (its PID namespace with it) and its guard; how the inner ended."""
     ended = list(ended)
     if inner is not None:
@@ -137,7 +141,7 @@ def reap(pid, inner, status_fd, ended=()):
     os.close(status_fd)
     LEFT.add(cgroup_name(pid))
     for name in list(LEFT):  # the processes of its PID namespace may take a moment to be gone
-        if sandbox_module().remove_cgroups(name, tries=20 if name == cgroup_name(pid) else 1):
+        if sandbox.remove_cgroups(name, tries=20 if name == cgroup_name(pid) else 1):
             LEFT.discard(name)
     how, _, number = (ended[0] if ended else "killed 9").partition(" ")
     if how == "exited":
@@ -149,19 +153,9 @@ def reap(pid, inner, status_fd, ended=()):
     return {"signal": int(number), "name": name}
 
 
-LEFT = set()  # cgroups of reaped submissions not yet removed
-
-
-SERVER = os.urandom(6).hex()  # in cgroup names: pids repeat across PID namespaces and servers
-
-
 def cgroup_name(guard):
     """The name of the cgroups a submission's guard (pid ``guard``) makes."""
     return f"attention-sandbox-{SERVER}-{guard}"
-
-
-def sandbox_module():
-    return sys.modules["_grading_sandbox"]
 
 
 def kill(pid):

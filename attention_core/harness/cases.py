@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pydantic
 
-from attention_core.harness import yaml_lines
+from attention_core.harness import fields, yaml_lines
 from attention_core.harness.fields import ID, FieldError
 from attention_core.harness.model import Case, Document, Envelope
 from attention_core.harness.scope import Misplaced
 from attention_core.harness.text import quote, shorten
 from attention_core.harness.yaml_lines import CaseError  # noqa: F401 (re-exported)
 
-SCHEMA_LINE = "# yaml-language-server: $schema=./case-file.schema.json"
+SCHEMA_FILE = "case-file.schema.json"  # beside the case files
+SCHEMA_LINE = f"# yaml-language-server: $schema=./{SCHEMA_FILE}"
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class CaseFile:
 def find_case_files(folder):
     """The case files of ``folder``, sorted by name."""
     return sorted(p for p in Path(folder).glob("*.yaml") if p.is_file())
+
+
+def clear_caches():
+    """Forget what loading keeps between files (parsed printed text, expressions, plain scalars)."""
+    fields._parsed.cache_clear()
+    fields._parsed_expression.cache_clear()
+    yaml_lines._PLAIN.clear()
 
 
 def load_folder(folder):

@@ -196,12 +196,13 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     ratio = torch.where(bad, diff / allowed.clamp(min=1e-300), torch.zeros_like(diff))
     worst = int(ratio.argmax())
     worst_index = tuple(int(i) for i in index[worst])
-    return Mismatch("values", lambda: _values_report(actual, expected, diff, allowed, bad, index),
+    return Mismatch("values", lambda: _values_report(actual, expected, diff, allowed, bad, ratio, index),
                     index=worst_index, ratio=float(ratio[worst]), actual=actual, expected=expected,
                     allowed=allowed, positions=positions)
 
 
-def _values_report(actual, expected, diff, allowed, bad, index):
+def _values_report(actual, expected, diff, allowed, bad, ratio, index):
+    """The report's text; ``ratio`` is |diff| / allowed where ``bad`` (always above 0 there), else 0."""
     n_bad, n = int(bad.sum()), diff.numel()
     abs_at = int(torch.where(bad, diff, torch.full_like(diff, -1.0)).argmax())
     # Relative to a non-zero expected value only: against 0 every difference is infinitely large.
@@ -220,7 +221,6 @@ def _values_report(actual, expected, diff, allowed, bad, index):
         "Worst elements, by difference over allowance:",
         f"  {'index':<14}{'expected':>15}{'actual':>15}{'|diff|':>12}{'allowed':>12}",
     ]
-    ratio = torch.where(bad, diff / allowed.clamp(min=1e-300), torch.full_like(diff, -1.0))
     for i in torch.topk(ratio, min(n_bad, MAX_TABLE_ROWS)).indices.tolist():
         shown_expected, shown_actual = _num_pair(expected[i], actual[i])
         lines.append(f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}"

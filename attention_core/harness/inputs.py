@@ -59,11 +59,11 @@ def _make(item, scope, generator, case_dtype, device, dtype, perturb, budget):
         return _printed(item.printed, perturb)
     if isinstance(item, TokenIdsInput):
         return token_ids(item.token_ids.text, item.token_ids.lower, item.token_ids.remove)
-    if isinstance(item, LiteralInput) and item.tensor.dtype != torch.bool:
-        # Literal numbers are the case's dtype unless the input names one (ids: int64).
-        return item.tensor.to(item.dtype or dtype)
-    if isinstance(item, (LiteralInput, NumberInput)):
-        return item.value
+    if isinstance(item, LiteralInput):
+        # Literal numbers are the case's dtype unless the input names one (ids: int64); booleans stay.
+        return item.tensor if item.tensor.dtype == torch.bool else item.tensor.to(item.dtype or dtype)
+    if isinstance(item, NumberInput):
+        return item.number
     raise TypeError(f"not an input: {type(item).__name__}")
 
 

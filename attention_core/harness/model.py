@@ -82,10 +82,6 @@ class LiteralInput(Node):
     tensor: Numbers
     dtype: DType | None = None
 
-    @property
-    def value(self):
-        return self.tensor
-
 
 class NumberInput(Node):
     """``a: 3``: a plain number, kept a Python number."""
@@ -94,10 +90,6 @@ class NumberInput(Node):
     what: ClassVar[str] = "a number input"
     number: Number
 
-    @property
-    def value(self):
-        return self.number
-
 
 class PrintedInput(Node):
     """torch's printed text of a tensor, in full; its rounding is propagated."""
@@ -105,10 +97,6 @@ class PrintedInput(Node):
     kind: ClassVar[str] = "printed"
     what: ClassVar[str] = "a printed input"
     printed: CompletePrinted
-
-    @property
-    def value(self):
-        return self.printed
 
 
 class ExprInput(Node):
@@ -378,7 +366,7 @@ class CallCheck(_Check):
     @property
     def function(self):
         """The spec function this check grades."""
-        return self.call.tree.body.func.id
+        return spec_function(self.call)
 
     @field_validator("call")
     @classmethod

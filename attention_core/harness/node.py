@@ -119,7 +119,7 @@ def _tag(form):
     return f"<{form}>"  # never a key of a case file, so an error's path can skip it
 
 
-def _form(classes, forms):
+def _form(forms):
     """A discriminator: the tag of the one key of ``forms`` a mapping has."""
     def pick(value):
         if isinstance(value, Node):
@@ -152,5 +152,5 @@ def _one_form(classes, forms, what, short):
 
 def union(classes, forms, what, short, *short_schemas):
     tagged = tuple(Annotated[c, Tag(_tag(f))] for c, f in zip(classes, forms))
-    return Annotated[Union[tagged], _form(classes, forms), BeforeValidator(_one_form(classes, forms, what, short)),
+    return Annotated[Union[tagged], _form(forms), BeforeValidator(_one_form(classes, forms, what, short)),
                      ShortForms(*short_schemas)]

@@ -106,12 +106,12 @@ def case_functions(request):
     if impl is None:
         yield None
         return
-    from attention_core.grading import client  # noqa: PLC0415 (loaded only when a submission is checked)
+    from attention_core.grading import client, replies  # noqa: PLC0415 (loaded only when a submission is checked)
     from attention_core.grading.grader import CALL_TIMEOUT, RemoteFunctions  # noqa: PLC0415
     with client.Worker() as worker:
         submission = worker.open(Path(impl))
         try:
-            if submission.status != client.OK:
+            if submission.status != replies.OK:
                 pytest.fail(f"--impl {impl} could not be imported: {submission.message}", pytrace=False)
             yield RemoteFunctions(submission, CALL_TIMEOUT)
         finally:

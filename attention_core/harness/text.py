@@ -44,3 +44,8 @@ def quote(value, limit=80):
 def escape_lines(text):
     """:func:`escape` line by line: a multi-line report keeps its newlines, nothing else unprintable."""
     return "\n".join(escape(line) for line in str(text).split("\n"))
+
+
+def points(x):
+    """A score as results.json, the gradebook and a report show it: an int when whole, else 6 decimals."""
+    return int(x) if float(x).is_integer() else round(float(x), 6)

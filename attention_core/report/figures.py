@@ -83,10 +83,10 @@ def draw(failure, computed=None, *, max_slices=MAX_SLICES):
 def _prepared(expected, actual, allowed, shown):
     """One slice's (expected, actual, difference, shown, badness): badness is |diff| / allowed, -1 where not shown."""
     same = (actual == expected) | (actual.isnan() & expected.isnan())
+    raw = actual - expected
     # Where both agree the difference is 0, or the shared non-finite value (both masked stays masked).
-    difference = torch.where(same, torch.where(expected.isfinite(), torch.zeros_like(expected), expected),
-                             actual - expected)
-    badness = torch.where(same, torch.zeros_like(actual), (actual - expected).abs() / allowed.clamp(min=1e-300))
+    difference = torch.where(same, torch.where(expected.isfinite(), torch.zeros_like(expected), expected), raw)
+    badness = torch.where(same, torch.zeros_like(actual), raw.abs() / allowed.clamp(min=1e-300))
     badness = torch.where(shown, badness.nan_to_num(nan=math.inf, posinf=math.inf), torch.full_like(badness, -1.0))
     return expected, actual, difference, shown, badness
 

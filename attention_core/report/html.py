@@ -11,6 +11,7 @@ import html
 from dataclasses import dataclass
 
 from attention_core.harness.results import render
+from attention_core.harness.text import points
 from attention_core.report.figures import MAX_CHECKS, Drawings
 
 STYLE = """
@@ -83,12 +84,12 @@ class Page:
     def _failed(self, one):
         result = one.result
         pictures = self.drawings.result(result) if result.failures else ""
-        points = (f' · {_number(one.score)} of {_number(one.max_score)} points' if one.max_score is not None else "")
+        scored = (f' · {points(one.score)} of {points(one.max_score)} points' if one.max_score is not None else "")
         source = ", ".join(p for p in (one.title, one.source) if p)
         return (f'<section class="check" id="{_e(_anchor(result.check_id))}" data-status="{_e(result.status)}">'
                 f'<h3><span class="status">{_e(result.status)}</span>{_e(result.check_id)}</h3>'
                 f'<p class="meta">{_e(source or one.document)} · <code>{_e(result.location)}</code>'
-                f" · {_e(one.function)}{points}</p>"
+                f" · {_e(one.function)}{scored}</p>"
                 + (f'<div class="diagnosis">{_e(one.diagnosis)}</div>' if one.diagnosis else "")
                 + f"<pre>{_e(render(result))}</pre>{pictures}</section>")
 
@@ -114,21 +115,21 @@ class Page:
         return "".join(parts)
 
     def _table(self, rows, heads):
-        points = ['<th class="n">points</th>'] if self.graded else []
+        points_head = ['<th class="n">points</th>'] if self.graded else []
         head = "".join(f"<th>{h}</th>" for h in heads) + '<th class="n">passed</th><th class="n">failed</th>'
         body = []
         for key, row in rows.items():
             cells = [f"<td>{_e(key)}</td>"] + ([f"<td>{_e(row['label'])}</td>"] if len(heads) > 1 else [])
             cells += [f'<td class="n">{row["passed"]}</td>', f'<td class="n">{row["failed"]}</td>']
             if self.graded:
-                cells.append(f'<td class="n">{_number(row["score"])} / {_number(row["max"])}</td>')
+                cells.append(f'<td class="n">{points(row["score"])} / {points(row["max"])}</td>')
             body.append(f'<tr{" class=bad" if row["failed"] else ""}>{"".join(cells)}</tr>')
-        return f"<table><tr>{head}{''.join(points)}</tr>{''.join(body)}</table>"
+        return f"<table><tr>{head}{''.join(points_head)}</tr>{''.join(body)}</table>"
 
 
 def submission_page(graded, *, drawings=None):
     """The report of one graded submission (a grader's SubmissionGrade)."""
-    page = Page(f"Report: {graded.name}", subtitle=f"{_number(graded.score)} of {_number(graded.max_score)} points",
+    page = Page(f"Report: {graded.name}", subtitle=f"{points(graded.score)} of {points(graded.max_score)} points",
                 notes=[graded.note] if graded.note else [], drawings=drawings)
     for grade in graded.grades:
         page.add(entry(grade.item, grade.result, diagnosis=grade.diagnosis, score=grade.score,
@@ -146,7 +147,3 @@ def _checks(n):
 
 def _anchor(check_id):
     return "check-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in check_id)
-
-
-def _number(x):
-    return str(int(x)) if float(x).is_integer() else f"{float(x):.6g}"
