@@ -187,3 +187,32 @@ def test_the_relative_difference_is_reported_against_non_zero_expected_values_on
     assert "Greatest relative difference: none (every mismatched element expects 0" in only_zero
     both = compare.compare_full(torch.tensor([0.5, 2.0]), expected).message
     assert "Greatest relative difference: 1 at index (1,)" in both
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tolerances", [{}, {"rtol": 0.0, "atol": 1e-12}], ids=["default", "under-spacing"])
+def test_a_large_comparison_decides_exactly_as_the_float64_rule_at_every_step_around_its_bounds(dtype, tolerances):
+    """Large expected tensors are first checked against bounds in the result's dtype; a value those
+    bounds accept must meet ``|actual - expected| <= allowed`` in float64, to the last step of the dtype."""
+    g = torch.Generator().manual_seed(3)
+    n = compare.LARGE
+    magnitudes = 10.0 ** torch.randint(-6, 4, (n,), generator=g).double()
+    expected = torch.randn(n, generator=g, dtype=torch.float64) * magnitudes
+    allowed = tolerance.full_allowance(expected, dtype, tolerances.get("rtol"), tolerances.get("atol"))
+    bounds = compare._prepared(expected, dtype, tolerances.get("rtol"), tolerances.get("atol"))[3]
+    for sign in (-1.0, 1.0):
+        edge = (expected + sign * allowed).to(dtype)
+        for steps in range(-3, 4):  # from three steps inside the allowance to three outside
+            actual = edge
+            toward = torch.full_like(edge, sign * torch.inf if steps > 0 else -sign * torch.inf)
+            for _ in range(abs(steps)):
+                actual = torch.nextafter(actual, toward)
+            meets = (actual.double() - expected).abs() <= allowed
+            for picked in (meets, ~meets):  # the elements that meet the rule, then those that do not
+                if not bool(picked.any()):
+                    continue
+                one = torch.where(picked, actual, expected.to(dtype))
+                rule = bool(((one.double() - expected).abs() <= allowed).all())
+                if not tolerances and steps < 0 and picked is meets:
+                    assert compare._within(one, *bounds)  # the bounds, not the float64 rule, accepted it
+                assert (compare.compare_full(one, expected, **tolerances) is None) == rule, (sign, steps)

@@ -230,6 +230,23 @@ def test_a_shared_argument_goes_by_name_and_every_call_gets_a_fresh_copy(tmp_pat
     assert len(calls) == 2 and all(len(m) < 1000 for m in calls)  # a name, not 280 kB of bytes
 
 
+def test_a_shared_argument_kept_by_one_call_and_changed_in_a_later_one_reaches_the_next_call_untouched(tmp_path):
+    big = torch.arange(70_000, dtype=torch.float32)
+    path = tmp_path / "sub.py"
+    path.write_text("KEPT = []\n"
+                    "def softmax(x, dim=-1):\n    KEPT.append(x)\n    return x.clone()\n"
+                    "def causal_average(x):\n    KEPT[0].fill_(7)\n    KEPT[0].t_() if KEPT[0].ndim == 2 else None\n"
+                    "    return x\n")
+    with Worker(budget=30.0) as w:
+        w.share([big])
+        with w.open(path) as s:
+            first = s.call("softmax", (big,))
+            assert s.call("causal_average", (torch.ones(2),)).mutated == ()  # not its own argument
+            again = s.call("softmax", (big,))
+    assert torch.equal(first.value, big) and torch.equal(again.value, big)
+    assert first.mutated == () and again.mutated == ()
+
+
 def test_gradients_flow_for_a_correct_function_and_are_none_where_detached(submit):
     s = submit(SOFTMAX + "\ndef layer_norm(x, eps=1e-5):\n    return x.detach() * 2\n")
     x = torch.randn(3, 4, dtype=torch.float64)

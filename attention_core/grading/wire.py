@@ -8,14 +8,18 @@ dict as ``{"dict": {...}}``; anything else as ``{"opaque": type name}``. Nothing
 unpickled: the receiving side builds fresh plain tensors from the bytes, after checking the
 dtype against an allow-list and the byte count against the shape. A tensor both sides already
 hold (a large argument the grader stored in the worker server before it forked the child) goes
-as ``{"shared": key}`` and arrives as a fresh copy of the receiver's own.
+as ``{"shared": key}`` and arrives as a fresh copy of the receiver's own (:class:`Shared`).
 
 Imports only the standard library and torch: the worker loads this file by path.
 """
 
 import ctypes
+import fcntl
 import json
+import mmap
+import os
 import struct
+import warnings
 
 import torch
 
@@ -114,7 +118,7 @@ def encode_parts(value, shared=None):
             return {"opaque": f"tensor of {name}"}
         nbytes = t.numel() * t.element_size()
         if nbytes:
-            blob.append(_bytes(t, nbytes))
+            blob.append(raw_bytes(t, nbytes))
         size[0] += nbytes
         return {"tensor": [name, list(t.shape), size[0] - nbytes, nbytes]}
 
@@ -122,11 +126,57 @@ def encode_parts(value, shared=None):
     return [HEADER.pack(len(text), size[0]), text, *blob]
 
 
-def _bytes(tensor, nbytes):
+def raw_bytes(tensor, nbytes):
     """A contiguous CPU tensor's bytes as a memoryview, read in place; the view keeps the tensor alive."""
     array = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
     array.tensor = tensor
     return memoryview(array).cast("B")
+
+
+class Shared:
+    """A tensor the server keeps for every child: its bytes in a sealed memory file, mapped twice.
+
+    The read-only shared mapping is the untouched original. A child's calls get tensors over the
+    private mapping: reading it costs no copy, and a write (the submission changing its argument
+    in place) copies the pages it touches into that child alone. Each call gets a new tensor
+    object over the private bytes, put back as the original holds them before a call sees them again.
+    """
+
+    def __init__(self, tensor, name):
+        tensor = tensor.contiguous()
+        self.dtype, self.shape, self.handed = tensor.dtype, tuple(tensor.shape), False
+        self._private = None
+        if not hasattr(os, "memfd_create"):  # not Linux: each call gets a copy
+            self.original = tensor.clone()
+            return
+        size = tensor.numel() * tensor.element_size()
+        fd = os.memfd_create(f"attention-shared-{name}", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+        try:
+            data, written = raw_bytes(tensor, size), 0
+            while written < size:
+                written += os.write(fd, data[written:])
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+            self._shared = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            self._private = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        with warnings.catch_warnings():  # torch warns that the original's buffer is read-only, as meant
+            warnings.simplefilter("ignore")
+            self.original = self._view(self._shared)
+
+    def _view(self, buffer):
+        return torch.frombuffer(buffer, dtype=self.dtype).reshape(self.shape)
+
+    def fresh(self):
+        """A new tensor over the private bytes, as the original holds them."""
+        if self._private is None:
+            return self.original.clone()
+        copy = self._view(self._private)
+        if self.handed and not torch.equal(copy, self.original):  # a call kept and changed it
+            copy.copy_(self.original)
+        self.handed = True
+        return copy
 
 
 def send_parts(sock, parts, batch=256):

@@ -60,7 +60,7 @@ def serve(ctl, wire, sandbox):
             pid = request["pid"]
             reply = reap(sandbox, pid, *children.pop(pid)) if pid in children else {"error": f"no child {pid}"}
         elif op == "share":
-            shared.update(request["tensors"])
+            shared.update({key: wire.Shared(t, key) for key, t in request["tensors"].items() if t.numel()})
             reply = {"shared": len(shared)}
         elif op == "modules":
             reply = {"modules": sorted(sys.modules)}
@@ -314,11 +314,11 @@ class Child:
         self.hello = {"status": "ok", "message": "", "traceback": [], "names": names}
 
     def copy_shared(self, key):
-        original = self.shared.get(key)
-        if original is None:
+        kept = self.shared.get(key)
+        if kept is None:
             return None
-        copy = original.clone()
-        self.copies[id(copy)] = original
+        copy = kept.fresh()
+        self.copies[id(copy)] = kept.original
         return copy
 
     def lookup(self, name):
@@ -416,7 +416,8 @@ def set_arg(args, kwargs, label, value):
 
 
 def warm_up(torch):
-    """Run the common kernels once on one thread, so that each child does not pay their first-call set-up.
+    """Run the common kernels and lazy imports once on one thread, so that each child does not pay their
+    first-call set-up.
 
     Backward only where no accelerator is present: there autograd starts no device threads, which a
     fork could not copy (a child would refuse to run backward).
@@ -433,6 +434,8 @@ def warm_up(torch):
         if x.requires_grad:
             torch.autograd.grad((y * y).sum(), [x])
         torch.frombuffer(bytearray(8), dtype=torch.float32).reshape(2).clone()
+    # Loads torch's symbolic-shape machinery (about 0.3 s of imports): once here, not in every child.
+    torch.broadcast_shapes((2, 1), (3,))
 
 
 def main(argv):

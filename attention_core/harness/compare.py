@@ -87,7 +87,9 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
                                     f"{'bool' if expected.dtype == torch.bool else 'numeric'} expected values")
     if problem is not None:
         return problem
-    expected, allowed, finite = _prepared(expected, actual.dtype, rtol, atol)
+    expected, allowed, finite, bounds = _prepared(expected, actual.dtype, rtol, atol)
+    if bounds is not None and actual.device.type == "cpu" and _within(actual.detach().reshape(-1), *bounds):
+        return None  # every element inside bounds that the float64 comparison below accepts
     shape = tuple(actual.shape)
     return compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed, shape,
                           finite=finite)
@@ -98,11 +100,14 @@ LARGE = 1 << 16  # elements from which an expected tensor's preparation is kept 
 
 
 def _prepared(expected, dtype, rtol, atol):
-    """(expected as float64 (N,), its allowance, whether it is all finite); kept while a large ``expected``
-    lives (grading compares every submission against the same one)."""
-    def make():
+    """(expected as float64 (N,), its allowance, whether it is all finite, bounds in ``dtype`` or None);
+    kept while a large ``expected`` lives (grading compares every submission against the same one)."""
+    def make(large=False):
         flat = expected.to(torch.float64).reshape(-1)
-        return flat, tolerance.full_allowance(flat, dtype, rtol, atol), bool(torch.isfinite(flat).all())
+        allowed = tolerance.full_allowance(flat, dtype, rtol, atol)
+        finite = bool(torch.isfinite(flat).all())
+        bounds = _bounds(flat, allowed, dtype) if large and finite and dtype in _NEXT else None
+        return flat, allowed, finite, bounds
     if expected.numel() < LARGE:
         return make()
     key = (dtype, rtol, atol, expected._version)
@@ -112,8 +117,45 @@ def _prepared(expected, dtype, rtol, atol):
         weakref.finalize(expected, _PREPARED.pop, id(expected), None)
     if key not in known:
         known.clear()
-        known[key] = make()
+        known[key] = make(large=True)
     return known[key]
+
+
+_NEXT = {torch.float32, torch.float64}  # the dtypes torch.nextafter steps in
+
+
+def _bounds(expected, allowed, dtype):
+    """(low, high) in ``dtype``: every value of ``dtype`` in [low, high] meets the float64 rule
+    ``|x - expected| <= allowed`` (as :func:`compare_values` computes it); values outside may meet
+    it too, and are left to that comparison.
+
+    A bound is rounded inwards into ``dtype``, then stepped inwards while the float64 rule refuses it:
+    ``x - expected`` is monotone in ``x`` even when rounded, so the rule then holds between the bounds.
+    """
+    def accepted(bound):
+        return (bound.to(torch.float64) - expected).abs() <= allowed
+
+    bounds = []
+    for sign in (-1.0, 1.0):
+        wanted = expected + sign * allowed
+        bound = wanted.to(dtype)
+        inward = torch.full_like(bound, -sign * torch.inf)
+        bound = torch.where(sign * (bound.to(torch.float64) - wanted) > 0, torch.nextafter(bound, inward), bound)
+        for _ in range(2):  # one step is the most that float64 rounding needs
+            bad = ~accepted(bound)
+            if not bool(bad.any()):
+                break
+            bound = torch.where(bad, torch.nextafter(bound, inward), bound)
+        # Where no value of ``dtype`` meets the rule (an allowance under its spacing), none is inside.
+        bounds.append(torch.where(accepted(bound), bound, inward))
+    return tuple(bounds)
+
+
+def _within(actual, low, high):
+    """Whether every element of ``actual`` (N,) lies in [low, high] (NaN does not)."""
+    if actual.dtype != low.dtype:
+        return False
+    return bool(torch.logical_and(actual >= low, actual <= high).all())
 
 
 def _check_structure(actual, ndim, shape, device):
