@@ -43,23 +43,23 @@ class Diagnoser:
         for mutant in self.library:
             if mutant.breaks != "values" or item.check.function not in mutant.functions:
                 continue
-            theirs = self._mutant_result(item, mutant)
-            if theirs.passed:
-                continue  # right on this check: it explains nothing here
-            if _raised(result) and _raised(theirs):  # fails the way the mutant fails: it raises here
-                found.append(mutant)
-            elif result.status is Status.FAILED and theirs.status is Status.FAILED and \
-                    _agree(result.outputs, theirs.outputs, item):
+            theirs = self._mutant_run(item, mutant, runner.outputs)
+            if isinstance(theirs, dict):  # it returned: a mistake that gives the student's values, and fails
+                if result.status is Status.FAILED and _agree(result.outputs, theirs, item) and \
+                        not self._mutant_run(item, mutant, runner.run).passed:
+                    found.append(mutant)
+            elif _raised(result) and _raised(theirs):  # fails the way the mutant fails: it raises here
                 found.append(mutant)
         return found
 
-    def _mutant_result(self, item, mutant):
-        key = (item, mutant.name)
+    def _mutant_run(self, item, mutant, how):
+        """``how`` (runner.outputs or runner.run) of ``item`` with the mutant, once per check and batch."""
+        key = (item, mutant.name, how)
         if key not in self._results:
             with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
                 warnings.simplefilter("ignore")
-                self._results[key] = runner.run(item, functions={**runner.REFERENCE, **mutant.functions},
-                                                preparation=self.preparation)
+                self._results[key] = how(item, functions={**runner.REFERENCE, **mutant.functions},
+                                         preparation=self.preparation)
         return self._results[key]
 
     def _backward(self, item, result):

@@ -101,13 +101,11 @@ LARGE = 1 << 16  # elements from which an expected tensor's preparation is kept 
 
 def _prepared(expected, dtype, rtol, atol):
     """(expected as float64 (N,), its allowance, whether it is all finite, bounds in ``dtype`` or None);
-    kept while a large ``expected`` lives (grading compares every submission against the same one)."""
-    def make(large=False):
+    kept while a large ``expected`` lives (grading compares every submission against the same one).
+    Bounds are made at a large tensor's second comparison: they repay their cost over several."""
+    def make():
         flat = expected.to(torch.float64).reshape(-1)
-        allowed = tolerance.full_allowance(flat, dtype, rtol, atol)
-        finite = bool(torch.isfinite(flat).all())
-        bounds = _bounds(flat, allowed, dtype) if large and finite and dtype in _NEXT else None
-        return flat, allowed, finite, bounds
+        return [flat, tolerance.full_allowance(flat, dtype, rtol, atol), bool(torch.isfinite(flat).all()), None]
     if expected.numel() < LARGE:
         return make()
     key = (dtype, rtol, atol, expected._version)
@@ -117,7 +115,9 @@ def _prepared(expected, dtype, rtol, atol):
         weakref.finalize(expected, _PREPARED.pop, id(expected), None)
     if key not in known:
         known.clear()
-        known[key] = make(large=True)
+        known[key] = make()
+    elif known[key][3] is None and known[key][2] and dtype in _NEXT:
+        known[key][3] = _bounds(*known[key][:2], dtype)
     return known[key]
 
 
@@ -129,25 +129,25 @@ def _bounds(expected, allowed, dtype):
     ``|x - expected| <= allowed`` (as :func:`compare_values` computes it); values outside may meet
     it too, and are left to that comparison.
 
-    A bound is rounded inwards into ``dtype``, then stepped inwards while the float64 rule refuses it:
-    ``x - expected`` is monotone in ``x`` even when rounded, so the rule then holds between the bounds.
+    Each bound starts at ``expected ± allowed`` rounded to ``dtype`` and steps inwards while the
+    float64 rule refuses it: ``x - expected`` is monotone in ``x`` even when rounded, so the rule
+    then holds for every value between the bounds.
     """
     def accepted(bound):
         return (bound.to(torch.float64) - expected).abs() <= allowed
 
     bounds = []
     for sign in (-1.0, 1.0):
-        wanted = expected + sign * allowed
-        bound = wanted.to(dtype)
+        bound = (expected + sign * allowed).to(dtype)
         inward = torch.full_like(bound, -sign * torch.inf)
-        bound = torch.where(sign * (bound.to(torch.float64) - wanted) > 0, torch.nextafter(bound, inward), bound)
-        for _ in range(2):  # one step is the most that float64 rounding needs
+        for _ in range(3):  # rounding into the dtype leaves a bound one step out at most, float64's own one more
             bad = ~accepted(bound)
             if not bool(bad.any()):
                 break
             bound = torch.where(bad, torch.nextafter(bound, inward), bound)
-        # Where no value of ``dtype`` meets the rule (an allowance under its spacing), none is inside.
-        bounds.append(torch.where(accepted(bound), bound, inward))
+        else:  # no value of the dtype meets the rule there (an allowance under its spacing): none is inside
+            bound = torch.where(accepted(bound), bound, inward)
+        bounds.append(bound)
     return tuple(bounds)
 
 

@@ -130,6 +130,16 @@ def run(item, *, functions=None, device="cpu", preparation=None):
     ``preparation`` keeps the check's inputs for the next run (grading a batch); by default they
     are made afresh. Never raises: whatever happens becomes a :class:`Result` with its status.
     """
+    return _guarded(item, functions, device, preparation, judge=True)
+
+
+def outputs(item, *, functions=None, device="cpu", preparation=None):
+    """The check's named results from ``functions``, compared with nothing; a :class:`Result` instead
+    where the run stopped before them (the call raised, was not implemented, …)."""
+    return _guarded(item, functions, device, preparation, judge=False)
+
+
+def _guarded(item, functions, device, preparation, judge):
     if item.error is not None:
         return Result(Status.CASE_ERROR, item.id, item.location, message=item.error.message)
     left = waiting(item.check)
@@ -140,7 +150,7 @@ def run(item, *, functions=None, device="cpu", preparation=None):
     case, check = item.case, item.check
     header = f"{check.kind} `{check.expr.source}` on {device}, {_dtype_name(case.dtype)}"
     try:
-        return _run(item, functions, device, header, preparation or Preparation())
+        return _run(item, functions, device, header, preparation or Preparation(), judge)
     except _Stop as stop:
         return Result(stop.status, item.id, item.location, header, message=stop.message, details=stop.details)
     except Exception as err:  # a bug of the harness: never disguised as a failed check
@@ -156,7 +166,7 @@ class _Stop(Exception):
         self.status, self.message, self.details = status, message, details
 
 
-def _run(item, functions, device, header, preparation):
+def _run(item, functions, device, header, preparation, judge=True):
     case, check = item.case, item.check
     try:
         scope = preparation.scope(item, device)
@@ -166,6 +176,8 @@ def _run(item, functions, device, header, preparation):
     arguments = _prepared_arguments(item, device, preparation) if isinstance(check, CallCheck) else None
     outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
     values = _targets(check, scope, outputs, device, case.dtype, failures)
+    if not judge:
+        return values
     failures += _failures(item, values, device, preparation.oracles(item))
     if check.erratum is not None and not failures:
         stale = _stale_erratum(item, scope, device)
