@@ -8,6 +8,8 @@ implementation under test, the reference core is run on the CPU to measure a che
 (see ``harness/tolerance.py``).
 """
 
+import functools
+import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +70,13 @@ class LoadError:
 
 
 def _shown(path):
-    if path.is_absolute() and path.is_relative_to(Path.cwd()):
-        path = path.relative_to(Path.cwd())
+    return _shown_from(path, os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _shown_from(path, cwd):
+    if path.is_absolute() and path.is_relative_to(cwd):
+        path = path.relative_to(cwd)
     return escape(path)  # a file's name may hold control characters
 
 
