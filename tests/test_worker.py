@@ -247,6 +247,14 @@ def test_a_shared_argument_kept_by_one_call_and_changed_in_a_later_one_reaches_t
     assert first.mutated == () and again.mutated == ()
 
 
+def test_the_same_call_on_the_same_arguments_is_made_once_for_every_check_that_asks_it(submit):
+    s = submit("CALLS = []\ndef softmax(x, dim=-1):\n    CALLS.append(1)\n    return x * 0 + len(CALLS)\n")
+    first, again = (s.call("softmax", (torch.ones(3),)) for _ in range(2))
+    other = s.call("softmax", (torch.ones(3),), {"dim": 0})
+    assert first.status == "ok" and again is first and torch.equal(again.value, torch.ones(3))
+    assert torch.equal(other.value, torch.full((3,), 2.0))  # other arguments: called again
+
+
 def test_gradients_flow_for_a_correct_function_and_are_none_where_detached(submit):
     s = submit(SOFTMAX + "\ndef layer_norm(x, eps=1e-5):\n    return x.detach() * 2\n")
     x = torch.randn(3, 4, dtype=torch.float64)

@@ -35,6 +35,7 @@ from attention_core.grading.replies import (
 
 WORKER = Path(__file__).with_name("worker.py")
 KEPT_ENVIRONMENT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
+ANSWERS_KEPT = 1 << 16  # bytes of a request up to which a submission's answer is kept for the same request
 
 
 
@@ -195,6 +196,7 @@ class Submission:
         self._entry, self._root, self._module, self._package = resolve(path, entry)
         self._sock = self._out = self._pid = None
         self._closed = False
+        self._answered = {}  # a small request's bytes -> the outcome of the call that returned for it
         self._spawn()
         start = time.monotonic()
         hello, output, problem = self._hello(worker.import_timeout)
@@ -257,6 +259,11 @@ class Submission:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission defines no function {name}")
         if self.budget_left <= 0:
             return self._spent_outcome()
+        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
+                   "keep": None if keep is None else [int(i) for i in keep]}
+        data = wire.encode(request, self._shared)
+        if data in self._answered:  # the same function on the same arguments again: called once, for both checks
+            return self._answered[data]
         if self._pid is None:
             self._spawn()
         if not self._ready:  # a replacement still importing: its own time limit, not the call's
@@ -271,13 +278,13 @@ class Submission:
                 return self._spent_outcome()
         start = time.monotonic()
         limit = min(timeout, self.budget_left)
-        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
-                   "keep": None if keep is None else [int(i) for i in keep]}
-        reply, output, problem = self._exchange(wire.encode(request, self._shared), limit - (time.monotonic() - start))
+        reply, output, problem = self._exchange(data, limit - (time.monotonic() - start))
         outcome = self._outcome(reply, problem, limit)
         outcome.output = output.text()
         if outcome.status in (TIMEOUT, CRASHED):
             self._replace(outcome)
+        elif outcome.status == OK and len(data) <= ANSWERS_KEPT:
+            self._answered[data] = outcome
         return self._spend(start, outcome)
 
     def _spent_outcome(self):
