@@ -119,8 +119,9 @@ class Worker:
         """Keep ``tensors`` in the server: children forked after this receive them as names, not bytes.
 
         A call whose argument *is* one of these tensors (the same object) sends its name; the
-        child gets a fresh copy of the server's. Sharing large arguments once saves copying them
-        for every submission.
+        child gets the server's bytes as they were stored (``wire.Shared``: a private mapping,
+        copied only where the child writes). Sharing large arguments once saves copying them for
+        every submission and every call.
         """
         new = {f"t{len(self._shared) + i}": t for i, t in enumerate(
             {id(t): t for t in tensors if id(t) not in self._shared}.values())}
