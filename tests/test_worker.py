@@ -223,7 +223,8 @@ def test_a_shared_argument_goes_by_name_and_every_call_gets_a_fresh_copy(tmp_pat
     with Worker(budget=30.0) as w:
         w.share([big])
         with w.open(path) as s:
-            outcomes = [s.call("softmax", (big,)) for _ in range(2)]
+            outcomes = [s.call("softmax", (big,), {"dim": d}) for d in (-1, 0)]  # two calls: not one answered twice
+    assert outcomes[1] is not outcomes[0]
     assert all(torch.equal(o.value, big + 1) and o.mutated == (0,) for o in outcomes)
     assert torch.equal(big, torch.arange(70_000, dtype=torch.float32))
     calls = [m for m in sent if b'"op":"call"' in m]
@@ -242,9 +243,37 @@ def test_a_shared_argument_kept_by_one_call_and_changed_in_a_later_one_reaches_t
         with w.open(path) as s:
             first = s.call("softmax", (big,))
             assert s.call("causal_average", (torch.ones(2),)).mutated == ()  # not its own argument
-            again = s.call("softmax", (big,))
+            again = s.call("softmax", (big,), {"dim": 0})
+    assert again is not first
     assert torch.equal(first.value, big) and torch.equal(again.value, big)
     assert first.mutated == () and again.mutated == ()
+
+
+def test_a_shared_argument_given_twice_in_one_call_arrives_as_two_tensors(tmp_path):
+    big = torch.arange(70_000, dtype=torch.float32)
+    path = tmp_path / "sub.py"
+    path.write_text("def attention(q, k, v, mask=None, scale=None):\n    q.mul_(2)\n    return k + v\n")
+    with Worker(budget=30.0) as w:
+        w.share([big])
+        with w.open(path) as s:
+            outcome = s.call("attention", (big, big, big))
+    assert torch.equal(outcome.value, big + big)  # q doubled in place, k and v untouched
+    assert outcome.mutated == (0,)
+
+
+def test_a_namedtuple_result_comes_back_as_a_tuple_with_the_unread_results_as_shapes(submit):
+    s = submit("""
+        import collections
+        import torch
+
+        Pair = collections.namedtuple("Pair", "output weights")
+
+        def attention(q, k, v, mask=None, scale=None):
+            return Pair(q + 1, q * 2)
+    """)
+    outcome = s.call("attention", (torch.ones(2, 2),) * 3, keep=[0])
+    assert outcome.status == "ok" and isinstance(outcome.value, tuple)
+    assert torch.equal(outcome.value[0], torch.full((2, 2), 2.0)) and outcome.value[1].device.type == "meta"
 
 
 def test_the_same_call_on_the_same_arguments_is_made_once_for_every_check_that_asks_it(submit):

@@ -191,7 +191,9 @@ def enter_cgroups(name, memory, processes, protections):
 def remove_cgroups(name, tries=1):
     """Remove the cgroups ``name`` (their processes gone); whether none is left."""
     left = [p for p in cgroup_dirs(name).values() if os.path.isdir(p)]
-    for _ in range(tries):
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.01)  # its last processes may still be ending
         for path in list(left):
             try:
                 os.rmdir(path)
@@ -202,7 +204,6 @@ def remove_cgroups(name, tries=1):
                 pass
         if not left:
             break
-        time.sleep(0.01)
     return not left
 
 

@@ -139,12 +139,13 @@ class Shared:
     The read-only shared mapping is the untouched original. A child's calls get tensors over the
     private mapping: reading it costs no copy, and a write (the submission changing its argument
     in place) copies the pages it touches into that child alone. Each call gets a new tensor
-    object over the private bytes, put back as the original holds them before a call sees them again.
+    object over the private bytes; the pages an earlier call wrote are dropped first, so that they
+    read as the file holds them again.
     """
 
     def __init__(self, tensor, name):
         tensor = tensor.contiguous()
-        self.dtype, self.shape, self.handed = tensor.dtype, tuple(tensor.shape), False
+        self.dtype, self.shape = tensor.dtype, tuple(tensor.shape)
         self._private = None
         if not hasattr(os, "memfd_create"):  # not Linux: each call gets a copy
             self.original = tensor.clone()
@@ -172,11 +173,8 @@ class Shared:
         """A new tensor over the private bytes, as the original holds them."""
         if self._private is None:
             return self.original.clone()
-        copy = self._view(self._private)
-        if self.handed and not torch.equal(copy, self.original):  # a call kept and changed it
-            copy.copy_(self.original)
-        self.handed = True
-        return copy
+        self._private.madvise(mmap.MADV_DONTNEED)  # an earlier call's writes, if any, are forgotten
+        return self._view(self._private)
 
 
 def send_parts(sock, parts, batch=256):

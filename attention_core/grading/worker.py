@@ -317,7 +317,9 @@ class Child:
         kept = self.shared.get(key)
         if kept is None:
             return None
-        copy = kept.fresh()
+        # The same tensor twice in one call (attention(x, x, x)) arrives as separate tensors, as inline ones do.
+        again = any(original is kept.original for original in self.copies.values())
+        copy = kept.original.clone() if again else kept.fresh()
         self.copies[id(copy)] = kept.original
         return copy
 
@@ -367,8 +369,9 @@ class Child:
             reply.update(self.gradients(value, leaves, seed))
         keep = message.get("keep")
         if keep is not None and isinstance(value, (tuple, list)):  # results no expectation reads: shapes only
-            reply["value"] = type(value)(v if i in keep or not isinstance(v, torch.Tensor) else self.wire.ShapeOnly(v)
-                                         for i, v in enumerate(value))
+            # A plain tuple or list: the wire sends any tuple as a tuple (a namedtuple takes no iterable).
+            reply["value"] = (tuple if isinstance(value, tuple) else list)(
+                v if i in keep or not isinstance(v, torch.Tensor) else self.wire.ShapeOnly(v) for i, v in enumerate(value))
         return reply
 
     def gradients(self, value, leaves, seed):

@@ -173,7 +173,7 @@ class _Stop(Exception):
         self.status, self.message, self.details = status, message, details
 
 
-def _run(item, functions, device, header, preparation, judge=True):
+def _run(item, functions, device, header, preparation, judge):
     case, check = item.case, item.check
     try:
         scope = preparation.scope(item, device)
