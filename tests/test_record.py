@@ -174,3 +174,25 @@ def test_drafts_are_valid_under_the_committed_schema(tmp_path, kind):
     validator = jsonschema.Draft202012Validator(SCHEMA)
     assert [e.message for e in validator.iter_errors(yaml_lines.read(path, path))] == []
     assert load_file(path).errors == ()
+
+
+def test_a_file_in_another_layout_keeps_its_indentation(tmp_path):
+    flush = ("document:\n  title: Flush\ncases:\n- id: rows  # sequences flush with their key\n"
+             "  inputs:\n    x: [[1.0, 2.0, 3.0]]\n  checks:\n  - id: softmax\n    call: softmax(x)\n"
+             "    expect:\n      out:\n  - id: double\n    expr: x * 2\n    expect:\n      out:\n")
+    path = tmp_path / "flush.yaml"
+    path.write_text(flush, encoding="utf-8")
+    assert _run("record", path)[0] == 0
+    before, after = flush.splitlines(), path.read_text(encoding="utf-8").splitlines()
+    opcodes = [op for op in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes() if op[0] != "equal"]
+    assert {op[0] for op in opcodes} == {"insert"}, opcodes
+    assert {e.kind for e in _expectations(path).values()} == {"printed"}
+
+
+def test_a_check_neither_route_can_compute_is_reported_at_its_line_and_nothing_is_written(tmp_path, capsys):
+    text = CASE.replace("call: attention(q, q, q)", "call: attention(q, x, x)")  # 4 columns against 3
+    path = tmp_path / "wrong.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert _run("record", path)[0] == 2
+    assert path.read_text(encoding="utf-8") == text
+    assert "wrong.yaml:18: rows/attention cannot be computed:" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from attention_core.harness import runner
-from attention_core.harness.cases import find_case_files, load_file
+from attention_core.harness.cases import find_case_files, load_file, shown_path
 from attention_core.harness.inputs import InputError, materialise
 from attention_core.harness.model import waiting
 from attention_core.harness.text import escape, shorten
@@ -54,7 +54,7 @@ def lint_file(path):
         return [Finding(str(path), 1, 1, "error", "no such file")]
     case_file = load_file(path)
     lines = _lines(path)
-    shown = str(case_file.errors[0].path) if case_file.errors else _shown(path)
+    shown = str(shown_path(path))
 
     def at(line, severity, message, column=None):
         return Finding(shown, line, column or _indent(lines, line), severity, message)
@@ -153,9 +153,3 @@ def _indent(lines, line):
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     return len(text) - len(text.lstrip(" -")) + 1 if text.strip() else 1
 
-
-def _shown(path):
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

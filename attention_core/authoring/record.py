@@ -26,7 +26,8 @@ REFERENCE_ROUTE = "the reference core in {dtype} (no independent route: {why}); 
 
 
 class RecordError(ValueError):
-    """The file cannot be recorded: it does not load, or the case asked for is not in it."""
+    """The file cannot be recorded: it does not load, the case asked for is not in it, or a check
+    cannot be computed by either route."""
 
 
 def record(path, *, case_id=None):
@@ -42,9 +43,10 @@ def record(path, *, case_id=None):
     cases = [c for c in case_file.cases if case_id is None or c.id == case_id]
     if case_id is not None and not cases:
         raise RecordError(f"{path}: no case {case_id!r} (cases: {', '.join(c.id for c in case_file.cases)})")
-    yaml = _round_trip()
     with open(path, encoding="utf-8") as handle:
-        tree = yaml.load(handle)
+        text = handle.read()
+    yaml = _round_trip(text)
+    tree = yaml.load(text)
     written = []
     for case in cases:
         raw_case = next(c for c in tree["cases"] if c.get("id") == case.id)
@@ -52,7 +54,11 @@ def record(path, *, case_id=None):
             missing = [e.target for e in check.expectations if e.kind == "missing"]
             if not missing or check.expr is None:
                 continue
-            values, how = _compute(case, check)
+            try:
+                values, how = _compute(case, check)
+            except Exception as err:  # noqa: BLE001 (neither route can run it: nothing is written)
+                why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+                raise RecordError(f"{path}:{check.line}: {case.id}/{check.id} cannot be computed: {why}") from None
             raw_expect = next(c for c in raw_case["checks"] if c.get("id") == check.id)["expect"]
             for target in missing:
                 raw_expect[target] = _expectation(values[target], how)
@@ -99,9 +105,30 @@ def _expectation(value, how):
     return recorded
 
 
-def _round_trip():
-    yaml = YAML()  # round trip: comments, order and quoting kept
+def _round_trip(text):
+    yaml = YAML()  # round trip: comments, order, quoting and the file's own indentation kept
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold a long line the author wrote
-    yaml.indent(mapping=2, sequence=4, offset=2)
+    mapping, sequence, offset = _layout(text)  # a file of another layout keeps it
+    yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
     return yaml
+
+
+def _layout(text):
+    """(mapping, sequence, offset) indentation of the file's block collections, as ruamel.yaml takes them:
+    from the first mapping and the first sequence nested under a key (comments skipped); else this
+    project's own 2, 4, 2."""
+    mapping = sequence = offset = None
+    parent = None  # the indentation of the previous line, where it opens a block (ends with ':')
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        if not body or body.startswith("#"):
+            continue
+        indent = len(line) - len(body)
+        if parent is not None and indent >= parent:
+            if body.startswith("- ") and sequence is None:
+                offset, sequence = indent - parent, indent - parent + 2
+            elif not body.startswith("- ") and mapping is None and indent > parent:
+                mapping = indent - parent
+        parent = indent if body.split(" #")[0].rstrip().endswith(":") else None
+    return mapping or 2, sequence or 4, 2 if offset is None else offset

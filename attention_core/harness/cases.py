@@ -53,7 +53,7 @@ def load_folder(folder):
 def load_file(path):
     """Load one case file; never raises for a problem in the file (see ``CaseFile.errors``)."""
     path = Path(path)
-    shown = _shown_path(path)
+    shown = shown_path(path)
     try:
         tree = yaml_lines.read(path, shown)
         envelope = Envelope.model_validate(tree if tree is not None else yaml_lines.Map())
@@ -81,7 +81,8 @@ def load_file(path):
     return CaseFile(path, path.stem, envelope.document, tuple(cases), tuple(errors))
 
 
-def _shown_path(path):
+def shown_path(path):
+    """``path`` relative to the working folder where it lies inside it, as file:line messages show it."""
     try:
         return path.resolve().relative_to(Path.cwd())
     except ValueError:
