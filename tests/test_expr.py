@@ -819,6 +819,7 @@ BIG = {
     "row": torch.ones(1, 1000), "i": torch.zeros(1000, dtype=LONG), "col": torch.zeros(1000, 1, dtype=LONG),
     "w": torch.arange(100).reshape(10, 10), "m": torch.arange(10) == 3, "j": torch.zeros(100_000, dtype=LONG),
     "p": torch.ones(20, 1, 1, 50), "r": torch.ones(1, 20, 50, 1), "t": torch.zeros((), dtype=LONG) + 101, "long": [0] * 101, "rows": [[0] * 101] * 100,
+    "d": torch.ones(200, 200), "dm": torch.ones(200, 200, dtype=torch.bool),
 }
 
 
@@ -849,6 +850,8 @@ BIG = {
         ("z[(col, i)]", 10**6), ("z[long]", 10_100), ("z[[0, 1] + long]", 10_300), ("row[True, i]", 10**6),
         # a boolean mask with one True, broadcast against 10**5 indices
         ("w[m, j]", 100_000),
+        # a dense mask: its True positions counted, not listed (listing them would allocate 80,000)
+        ("d[dm]", 40_000),
         # torch's own attention: its (L, S) weights as well as its output
         ("scaled_dot_product_attention(x[:, :, None], x[:1, :, None], y[:, None])", 10**6),
         ("scaled_dot_product_attention(x[None], x[None], x[None])", 10**6),
@@ -1054,3 +1057,37 @@ def test_torch_oracles_are_torch_own_functions():
     torch.testing.assert_close(got, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
     got = parse("torch_layer_norm(q, eps=0.5)").evaluate({"q": q})
     torch.testing.assert_close(got, torch.nn.functional.layer_norm(q, (4,), eps=0.5))
+
+
+def test_integer_power_limits():
+    assert ev("2 ** 64", {}) == 2**64
+    assert ev("2.0 ** 100", {}) == 2.0**100
+    assert_same(ev("a ** 100"), A**100)
+    err = failure("1 + 2 ** 65", {})
+    assert err.message == "`2 ** 65` refused: integer power with exponent 65; the limit is 64"
+    assert err.column == 5
+    err = failure("(10 ** 64) ** 64", {})
+    assert err.message == "`(10 ** 64) ** 64` refused: integer power would exceed 4096 bits"
+    failure("10 ** 10 ** 10", {})
+
+
+def test_sequence_length_limit(monkeypatch):
+    long = [0] * 2**16
+    assert len(ev("l + []", {"l": long})) == 2**16
+    err = failure("l + [1]", {"l": long})
+    assert err.message == "`l + [1]` refused: would create a sequence of 65537 items; the limit is 65536"
+    monkeypatch.setattr(expr_module, "MAX_SEQUENCE", 4)
+    assert ev("(1, 2) + (3, 4)", {}) == (1, 2, 3, 4)
+    err = failure("[1, 2] + [3, 4] + [5]", {})
+    assert err.message == (
+        "`[1, 2] + [3, 4] + [5]` refused: would create a sequence of 5 items; the limit is 4"
+    )
+    assert err.column == 1
+    err = failure("[0] * t", {"t": torch.tensor([10**9])})  # no repetition by a tensor either
+    assert err.message == "`[0] * t` failed: only `+` is allowed on tuples and lists"
+
+
+@pytest.mark.parametrize("args, kwargs", [((7,), {}), ((7, 3), {}), ((7,), {"m": 3}), ((7,), {"dtype": torch.float64}),
+                                          ((), {"n": 5})])
+def test_the_quick_bound_of_eye_is_its_size(args, kwargs):
+    assert expr_module.SIZE_BOUNDS["eye"](args, kwargs) == torch.eye(*args, **kwargs).numel()

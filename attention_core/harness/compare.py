@@ -79,7 +79,8 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
         except (OverflowError, RuntimeError, ValueError):  # an integer past 64 bits
             return Mismatch("type", f"the number {str(actual)[:60]} does not fit in a 64-bit tensor")
         device = None
-    if expected.ndim == 0 and isinstance(actual, torch.Tensor):
+    kept = expected.ndim > 0  # a 0-d expectation is expanded afresh for each comparison: nothing to keep
+    if not kept and isinstance(actual, torch.Tensor):
         expected = expected.expand(actual.shape)
     problem = _check_structure(actual, expected.ndim, tuple(expected.shape), device)
     if problem is None and (expected.dtype == torch.bool) != (actual.dtype == torch.bool):
@@ -87,7 +88,7 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
                                     f"{'bool' if expected.dtype == torch.bool else 'numeric'} expected values")
     if problem is not None:
         return problem
-    expected, allowed, finite, bounds = _prepared(expected, actual.dtype, rtol, atol)
+    expected, allowed, finite, bounds = _prepared(expected, actual.dtype, rtol, atol, kept)
     if bounds is not None and actual.device.type == "cpu" and _within(actual.detach().reshape(-1), *bounds):
         return None  # every element inside bounds that the float64 comparison below accepts
     shape = tuple(actual.shape)
@@ -99,14 +100,14 @@ _PREPARED = {}  # id of a large expected tensor, while it lives -> {(dtype, rtol
 LARGE = 1 << 16  # elements from which an expected tensor's preparation is kept for its next comparison
 
 
-def _prepared(expected, dtype, rtol, atol):
+def _prepared(expected, dtype, rtol, atol, kept=True):
     """(expected as float64 (N,), its allowance, whether it is all finite, bounds in ``dtype`` or None);
     kept while a large ``expected`` lives (grading compares every submission against the same one).
     Bounds are made at a large tensor's second comparison: they repay their cost over several."""
     def make():
         flat = expected.to(torch.float64).reshape(-1)
         return [flat, tolerance.full_allowance(flat, dtype, rtol, atol), bool(torch.isfinite(flat).all()), None]
-    if expected.numel() < LARGE:
+    if expected.numel() < LARGE or not kept:
         return make()
     key = (dtype, rtol, atol, expected._version)
     known = _PREPARED.get(id(expected))

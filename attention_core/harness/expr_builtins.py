@@ -258,6 +258,11 @@ def _magnitude(value) -> int:
         return 1
 
 
+def _eye_size(args, kwargs):
+    n = args[0] if args else kwargs.get("n")
+    return _magnitude(n) * _magnitude(args[1] if len(args) > 1 else kwargs.get("m", n))
+
+
 def _arange_length(args):
     # ceil((end - start) / step), plus one for rounding; unknown (inf) where it cannot be read.
     try:
@@ -340,7 +345,7 @@ SIZE_BOUNDS: Mapping[str, Callable] = types.MappingProxyType({
     "ones": lambda args, kwargs: _magnitude((args, *kwargs.values())),
     "zeros": lambda args, kwargs: _magnitude((args, *kwargs.values())),
     "full": lambda args, kwargs: _magnitude(args[:1] or kwargs.get("size")),
-    "eye": lambda args, kwargs: _magnitude((args, *kwargs.values())) ** 2,
+    "eye": lambda args, kwargs: _eye_size(args, kwargs),
     "arange": lambda args, kwargs: _arange_length(args),
     "tensor": lambda args, kwargs: _data_count(args[0] if args else kwargs.get("data")),
     "repeat": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
@@ -390,14 +395,19 @@ def _meta(value, numbers: bool):
 
 def _masks_as_indices(index):
     # A k-dim boolean mask selects like the k index tensors of its True positions (torch's rule),
-    # which the meta device can size: it cannot count True itself.
+    # which the meta device can size: it cannot count True itself. Counted, not listed: a dense mask's
+    # positions would be allocated before anything is refused.
     items = index if isinstance(index, tuple) else (index,)
     if not any(isinstance(i, Tensor) and i.dtype in _MASKS and i.dim() for i in items):
         return index
     result = []
     for item in items:
         is_mask = isinstance(item, Tensor) and item.dtype in _MASKS and item.dim()
-        result.extend(item.nonzero().unbind(1) if is_mask else [item])
+        if is_mask:
+            count = int(item.count_nonzero())
+            result.extend(torch.empty(count, dtype=torch.long, device="meta") for _ in range(item.dim()))
+        else:
+            result.append(item)
     return tuple(result)
 
 
