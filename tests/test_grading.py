@@ -19,6 +19,7 @@ import pytest
 from attention_core import reference, spec
 from attention_core.cli import main
 from attention_core.grading import mutants
+from attention_core.grading.grader import Grader
 from attention_core.grading.template import template
 from attention_core.harness import runner
 
@@ -196,3 +197,17 @@ def test_pytest_impl_checks_a_submission_and_records_points(tmp_path):
 def test_pytest_refuses_to_update_snapshots_from_a_submission(tmp_path):
     done = _pytest("-m", "case", f"--impl={tmp_path}", "--snapshot-update", cwd=TESTS.parent)
     assert done.returncode != 0 and "refusing to rewrite them" in done.stderr
+
+
+def test_a_reply_already_judged_for_a_check_gets_the_same_result_and_a_different_reply_its_own(tmp_path):
+    no_scale = next(m for m in mutants.MUTANTS if m.name == "no_scale")
+    files = {"a": REFERENCE, "b": REFERENCE, "c": mutants.submission_source(no_scale)}
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    with Grader() as grader:
+        a, b, c = (grader.grade(tmp_path / f"{name}.py") for name in files)
+    assert a.score == b.score == a.max_score and c.score < c.max_score
+    shared = [ga.check_id for ga, gb in zip(a.grades, b.grades) if gb.result is ga.result]
+    assert len(shared) >= 0.9 * len(a.grades)  # the same bytes back: judged once
+    wrong = [gc for gc in c.grades if not gc.result.passed]  # other bytes back: judged for what they are
+    assert wrong and any(no_scale.mistake in gc.diagnosis for gc in wrong)

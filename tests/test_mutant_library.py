@@ -225,3 +225,19 @@ def test_agreement_with_a_mutant_matches_an_infinity_only_with_itself_and_nan_wi
 def test_breaks_is_one_of_three_words():
     with pytest.raises(ValueError, match="breaks must be one of"):
         Mutant("x", {}, "mistake", "fix", "speed")
+
+
+@pytest.mark.parametrize("name", ["no_scale", "weights_times_v_transposed"])
+def test_on_a_large_check_a_mutant_unlike_the_student_on_the_first_batch_entry_is_not_run_on_the_whole(name):
+    item = next(i for i in GRADED if i.id.endswith("/sdpa/attention"))
+    mutant = next(m for m in MUTANTS if m.name == name)
+    with torch.no_grad():
+        student = runner.run(item, functions={**runner.REFERENCE, **mutant.functions})
+    assert not student.passed
+    diagnoser = diagnose.Diagnoser()
+    assert name in [m.name for m in diagnoser.candidates(item, student)]
+    first = {key[1]: result for key, result in diagnoser._results.items() if key[3] is diagnoser._first}
+    whole = {key[1] for key in diagnoser._results if key[3] is diagnoser.preparation}
+    assert len(first) == len(relevant("attention")) - sum(m.breaks != "values" for m in relevant("attention"))
+    # Run on the whole: the match, and those the first batch entry could not tell apart from it.
+    assert name in whole and len(whole) <= 3, sorted(whole)

@@ -284,6 +284,19 @@ def test_the_same_call_on_the_same_arguments_is_made_once_for_every_check_that_a
     assert torch.equal(other.value, torch.full((3,), 2.0))  # other arguments: called again
 
 
+def test_identical_replies_from_two_submissions_share_one_decoding_and_different_ones_do_not(submit):
+    a, b = submit(SOFTMAX, name="a.py"), submit(SOFTMAX, name="b.py")
+    c = submit("def softmax(x, dim=-1):\n    return x * 2\n", name="c.py")
+    x = torch.tensor([1.0, 2.0, 3.0])
+    first, second, other = (s.call("softmax", (x,), reuse="x") for s in (a, b, c))
+    assert first.reply is not None and second.reply is first.reply  # the same bytes, decoded once
+    assert second is not first and second.value is first.value  # each call its own outcome
+    second.seconds = 99.0
+    assert first.seconds != 99.0
+    assert other.reply != first.reply and torch.equal(other.value, x * 2)
+    assert torch.allclose(first.value, torch.softmax(x, 0))
+
+
 def test_gradients_flow_for_a_correct_function_and_are_none_where_detached(submit):
     s = submit(SOFTMAX + "\ndef layer_norm(x, eps=1e-5):\n    return x.detach() * 2\n")
     x = torch.randn(3, 4, dtype=torch.float64)

@@ -5,6 +5,7 @@ server: a grader's own work (evaluating, comparing, drawing) is Python that one 
 one core at a time. Each writes its submissions' files and sends back their scores alone.
 """
 
+import gc
 import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -36,6 +37,7 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
         else:
             scores = []
             with Grader(cases, **options) as grader:
+                _settled()
                 for path, name in zip(paths, names):
                     scores.append(_grade_and_write(grader, path, name, out))
                     bar.update()
@@ -79,6 +81,13 @@ def _grade_and_write(grader, path, name, out):
                   [Score(g.check_id, g.score) for g in graded.grades])
 
 
+def _settled():
+    """What the grader holds for the whole batch (torch, the cases, their inputs) is left out of the
+    collector's full passes: each would otherwise walk every one of those objects again."""
+    gc.collect()
+    gc.freeze()
+
+
 # ---- grader processes ----------------------------------------------------------------------------
 
 _GRADER = None
@@ -88,6 +97,7 @@ def _start(cases, options):
     """In a new grader process: its Grader, closed (with its worker server) when the process ends."""
     global _GRADER
     _GRADER = Grader(cases, **options).__enter__()
+    _settled()
     util.Finalize(None, _GRADER.__exit__, args=(None, None, None), exitpriority=10)
 
 

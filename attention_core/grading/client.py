@@ -12,6 +12,7 @@ Several threads may share one ``Worker`` (each submission used by one thread at 
 Imports attention_core.spec and nothing else of the package but this room's wire format.
 """
 
+import dataclasses
 import fcntl
 import os
 import select
@@ -23,7 +24,6 @@ import tempfile
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -36,6 +36,8 @@ from attention_core.grading.replies import (
 WORKER = Path(__file__).with_name("worker.py")
 KEPT_ENVIRONMENT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
 ANSWERS_KEPT = 1 << 16  # bytes of a request up to which a submission's answer is kept for the same request
+REPLIES_KEPT = 1 << 16  # bytes of a reply up to which identical replies are decoded once per worker
+REPLIES_BUDGET = 64 << 20  # bytes of such replies one worker keeps
 
 
 
@@ -43,12 +45,12 @@ class WorkerError(RuntimeError):
     """The server failed: a fault of the grading machinery, never of a submission."""
 
 
-@dataclass
+@dataclasses.dataclass
 class Output:
     """A stream's first ``limit`` bytes and how many there were."""
 
     limit: int
-    head: bytearray = field(default_factory=bytearray)
+    head: bytearray = dataclasses.field(default_factory=bytearray)
     total: int = 0
 
     def add(self, data):
@@ -97,6 +99,8 @@ class Worker:
         ours.settimeout(120)  # the first request waits for the server's import of torch
         self._ctl, self._lock, self._open = ours, threading.Lock(), set()
         self._shared, self._kept = {}, []  # id(tensor) -> its name in the server; the tensors themselves
+        self._requests = {}  # (the caller's name for a call's arguments, …) -> the request's bytes
+        self._replies, self._replies_size = {}, 0  # a small reply's bytes -> its outcome; their total size
 
     @property
     def pid(self):
@@ -168,6 +172,40 @@ class Worker:
             raise WorkerError(reply["error"])
         return reply
 
+    def _outcome_of(self, raw):
+        """A call's reply (its bytes) -> its checked CallOutcome.
+
+        Many submissions send back the same bytes for a check (the same arithmetic in the same
+        order): a small reply that returned is decoded once per worker, and each call gets a copy of
+        that outcome, sharing its tensors (the grader only reads them). ``outcome.reply`` is then
+        those bytes, for the grader's own reuse of what it concluded from them.
+        """
+        key = bytes(raw) if len(raw) <= REPLIES_KEPT else None
+        known = self._replies.get(key) if key is not None else None
+        if known is not None:
+            return dataclasses.replace(known)
+        try:
+            outcome = checked_outcome(_decoded(raw))
+        except (KeyError, TypeError, ValueError) as e:  # a wire.WireError is a ValueError
+            return CallOutcome(CRASHED, message=f"the submission's process sent a malformed reply: {e}")
+        if key is not None and outcome.status == OK and self._replies_size + len(key) <= REPLIES_BUDGET:
+            with self._lock:
+                self._replies[key] = outcome
+                self._replies_size += len(key)
+            outcome.reply = key
+            return dataclasses.replace(outcome)
+        return outcome
+
+    def _encoded(self, request, shared, reuse):
+        """A call request's bytes; with ``reuse`` (the caller's name for these exact arguments), made once."""
+        if reuse is None:
+            return wire.encode(request, shared)
+        key = (reuse, request["name"], request["grad_seed"], str(request["keep"]), len(shared))
+        data = self._requests.get(key)
+        if data is None:
+            data = self._requests[key] = wire.encode(request, shared)
+        return data
+
     def _forget(self, submission):
         with self._lock:
             self._open.discard(submission)
@@ -225,21 +263,23 @@ class Submission:
     def __exit__(self, *exc):
         self.close()
 
-    def call(self, name, args=(), kwargs=None, *, timeout=5.0, keep=None):
+    def call(self, name, args=(), kwargs=None, *, timeout=5.0, keep=None, reuse=None):
         """Call the submission's ``name(*args, **kwargs)`` in its process.
 
         ``keep``: for a tuple result, the positions to send back in full; the others come back
-        as their dtype and shape alone (tensors on the ``meta`` device).
+        as their dtype and shape alone (tensors on the ``meta`` device). ``reuse``: a name the
+        caller gives these exact arguments, which it never changes (the request is then encoded
+        once per worker, for every submission).
         """
-        return self._call(name, args, kwargs or {}, timeout, None, keep)
+        return self._call(name, args, kwargs or {}, timeout, None, keep, reuse)
 
-    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0, keep=None):
+    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0, keep=None, reuse=None):
         """Call ``name`` with every floating tensor argument requiring grad; backpropagate a projection.
 
         The scalar is ``wire.projection(outputs, projection_seed)``; ``grads`` maps each floating
         tensor argument to its gradient, or None where none flowed to it.
         """
-        return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep)
+        return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep, reuse)
 
     def close(self):
         """Kill the child's process group and collect it. Calls after this raise ValueError."""
@@ -249,7 +289,7 @@ class Submission:
 
     # ---- internals ----
 
-    def _call(self, name, args, kwargs, timeout, seed, keep=None):
+    def _call(self, name, args, kwargs, timeout, seed, keep=None, reuse=None):
         if name not in spec.NAMES:
             raise ValueError(f"{name!r} is not a spec function: {', '.join(spec.NAMES)}")
         if self._closed:
@@ -262,7 +302,7 @@ class Submission:
             return self._spent_outcome()
         request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
                    "keep": None if keep is None else [int(i) for i in keep]}
-        data = wire.encode(request, self._shared)
+        data = self._worker._encoded(request, self._shared, reuse)
         if len(data) <= ANSWERS_KEPT and data in self._answered:  # the same call again: made once, for both checks
             return self._answered[data]
         if self._pid is None:
@@ -279,8 +319,8 @@ class Submission:
                 return self._spent_outcome()
         start = time.monotonic()
         limit = min(timeout, self.budget_left)
-        reply, output, problem = self._exchange(data, limit - (time.monotonic() - start))
-        outcome = self._outcome(reply, problem, limit)
+        raw, output, problem = self._exchange(data, limit - (time.monotonic() - start))
+        outcome = self._outcome(raw, problem, limit)
         outcome.output = output.text()
         if outcome.status in (TIMEOUT, CRASHED):
             self._replace(outcome)
@@ -296,15 +336,12 @@ class Submission:
         self._spent += outcome.seconds
         return outcome
 
-    def _outcome(self, reply, problem, limit):
+    def _outcome(self, raw, problem, limit):
         if problem == TIMEOUT:
             return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s")
         if problem is not None:
             return CallOutcome(CRASHED, message=problem)
-        try:
-            return checked_outcome(reply)
-        except (KeyError, TypeError, ValueError) as e:
-            return CallOutcome(CRASHED, message=f"the submission's process sent a malformed reply: {e}")
+        return self._worker._outcome_of(raw)
 
     def _replace(self, outcome):
         """After a timeout or crash: collect the old child (its exit status joins the message), fork anew."""
@@ -344,19 +381,21 @@ class Submission:
 
     def _hello(self, timeout):
         """Wait for the child's import report: (hello or None, Output, problem)."""
-        reply, output, problem = self._exchange(b"", timeout)
+        raw, output, problem = self._exchange(b"", timeout)
+        reply = None
         if problem == TIMEOUT:
             problem = f"the import did not finish within {timeout:.3g} s"
         elif problem is None:
             try:
+                reply = _decoded(raw)
                 check_hello(reply)
-            except (KeyError, TypeError, ValueError) as e:
+            except (KeyError, TypeError, ValueError) as e:  # a wire.WireError is a ValueError
                 reply, problem = None, f"the submission's process sent a malformed reply: {e}"
         self._ready = problem is None
         return (reply if problem is None else None), output, problem
 
     def _exchange(self, data, timeout):
-        """Send ``data`` and wait for one reply, draining output: (reply, Output, problem or None)."""
+        """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None)."""
         output = Output(self._worker.output_limit)
         deadline = time.monotonic() + timeout
         pending, buf, need = memoryview(data), bytearray(), None
@@ -399,13 +438,7 @@ class Submission:
             drain(self._out, output)
         if problem is not None:
             return None, output, problem
-        n_text = wire.HEADER.unpack_from(buf)[0]
-        body = memoryview(buf)[wire.HEADER.size:need]
-        try:
-            reply = wire.decode(bytes(body[:n_text]), memoryview(body)[n_text:])
-        except wire.WireError as e:
-            return None, output, f"the submission's process sent a malformed reply: {e}"
-        return reply, output, None
+        return memoryview(buf)[:need], output, None
 
     def _send(self, pending):
         """Send what the socket takes now; the rest. A dead peer takes nothing and shows as end of file."""
@@ -433,6 +466,13 @@ class Submission:
             self._sock = self._out = self._pid = None
             shutil.rmtree(self._scratch, ignore_errors=True)
         return status
+
+
+def _decoded(raw):
+    """A message's bytes (header included) -> its value."""
+    n_text = wire.HEADER.unpack_from(raw)[0]
+    body = raw[wire.HEADER.size:]
+    return wire.decode(bytes(body[:n_text]), body[n_text:])
 
 
 def drain(fd, output, chunks=16):

@@ -3,26 +3,31 @@
 A mutant is the reference core with one known mistake (``mutants.py``). When a student's
 output agrees with a mutant's and not with the reference's, or fails the way the mutant fails
 (raising where it raises), the feedback names that mistake in the spec's words and says how to
-fix it. Mutants are run here, in the grader (they are our code), once per check and batch.
+fix it. Mutants are run here, in the grader (they are our code), once per check and batch. On a
+large check, a mutant is first run on the first batch entry of the inputs: one whose results
+there already disagree with the student's is not run on the whole.
 """
 
 import warnings
 
 import torch
 
-from attention_core.grading import mutants
+from attention_core.grading import mutants, wire
 from attention_core.harness import runner, tolerance
 from attention_core.harness.results import Status
 
 SAMPLE = 4096  # elements of a large result compared first
+LARGE = 1 << 16  # elements of an argument from which a check's mutants are tried on the first batch entry first
 
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
 
     def __init__(self, preparation=None, library=mutants.MUTANTS):
         self.library = library
-        self.preparation = preparation
+        self.preparation = preparation or runner.Preparation()
+        self._first = _FirstEntry(self.preparation)  # large checks' arguments cut to their first batch entry
         self._results = {}
+        self._found = {}  # id(result) -> (result, the mutants it matched): a Result graded again is not diagnosed again
 
     def explain(self, graded):
         """Fill ``diagnosis`` on every failed grade of a graded submission."""
@@ -32,7 +37,9 @@ class Diagnoser:
             if grade.check_id.endswith("/backward"):
                 grade.diagnosis = self._backward(grade.item, grade.result)
             else:
-                found = self.candidates(grade.item, grade.result)
+                if id(grade.result) not in self._found:
+                    self._found[id(grade.result)] = (grade.result, self.candidates(grade.item, grade.result))
+                found = self._found[id(grade.result)][1]
                 grade.diagnosis = "\n".join(f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in found)
 
     def candidates(self, item, result):
@@ -43,6 +50,8 @@ class Diagnoser:
         for mutant in self.library:
             if mutant.breaks != "values" or item.check.function not in mutant.functions:
                 continue
+            if self._ruled_out(item, mutant, result):
+                continue
             theirs = self._mutant_run(item, mutant, runner.outputs)
             if isinstance(theirs, dict):  # it returned: a mistake that gives the student's values, and fails
                 if result.status is Status.FAILED and _agree(result.outputs, theirs, item) and \
@@ -52,15 +61,35 @@ class Diagnoser:
                 found.append(mutant)
         return found
 
-    def _mutant_run(self, item, mutant, how):
+    def _mutant_run(self, item, mutant, how, preparation=None):
         """``how`` (runner.outputs or runner.run) of ``item`` with the mutant, once per check and batch."""
-        key = (item, mutant.name, how)
+        preparation = preparation or self.preparation
+        key = (item, mutant.name, how, preparation)
         if key not in self._results:
             with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
                 warnings.simplefilter("ignore")
                 self._results[key] = how(item, functions={**runner.REFERENCE, **mutant.functions},
-                                         preparation=self.preparation)
+                                         preparation=preparation)
         return self._results[key]
+
+    def _ruled_out(self, item, mutant, result):
+        """On a large check, the mutant's run on the first batch entry already tells it apart from the
+        student's: it returned where the student raised, or its results disagree with the student's
+        there. Only such a clear difference rules a mutant out (its full run is then not needed);
+        anything else leaves the question to the full run.
+        """
+        if not self._first.cuts(item):
+            return False
+        theirs = self._mutant_run(item, mutant, runner.outputs, self._first)
+        if not isinstance(theirs, dict):
+            return False
+        if result.status is not Status.FAILED:
+            return _raised(result)
+        ours = {name: _first_entry(value) for name, value in result.outputs.items()}
+        names = [n for n in item.check.returns if isinstance(ours.get(n), torch.Tensor)
+                 and isinstance(theirs.get(n), torch.Tensor) and ours[n].shape == theirs[n].shape
+                 and "meta" not in (ours[n].device.type, theirs[n].device.type)]
+        return bool(names) and not _agree({n: ours[n] for n in names}, {n: theirs[n] for n in names}, item)
 
     def _backward(self, item, result):
         """The mutants of the check's function that lose what its backward check found lost."""
@@ -71,6 +100,46 @@ class Diagnoser:
                  if item.check.function in m.functions
                  and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
         return "\n".join(lines)
+
+
+class _FirstEntry(runner.Preparation):
+    """A preparation whose large checks' arguments are cut to their first batch entry."""
+
+    def __init__(self, base):
+        super().__init__()
+        self.base = base
+
+    def scope(self, item, device):
+        return self.base.scope(item, device)
+
+    def oracles(self, item):
+        return self.base.oracles(item)
+
+    def arguments(self, item, device):
+        name, args, kwargs = self.base.arguments(item, device)
+        return name, leading_slice(args, LARGE), leading_slice(kwargs, LARGE)
+
+    def cuts(self, item):
+        """Whether ``item`` is a large check (an argument over LARGE elements)."""
+        try:
+            _, args, kwargs = self.base.arguments(item, "cpu")
+        except Exception:  # noqa: BLE001 (the run reports a case mistake)
+            return False
+        return any(t.numel() > LARGE for t in wire.tensors_in([args, kwargs]))
+
+
+def leading_slice(value, limit):
+    """An argument list (or dict) with its batched tensors (3-D and up) cut to their first entry,
+    where any tensor in it has more than ``limit`` elements; else ``value`` itself."""
+    if not any(t.numel() > limit for t in wire.tensors_in(value)):
+        return value
+    if isinstance(value, dict):
+        return {k: _first_entry(v) for k, v in value.items()}
+    return [_first_entry(v) for v in value]
+
+
+def _first_entry(value):
+    return value[:1] if isinstance(value, torch.Tensor) and value.ndim >= 3 else value
 
 
 def _raised(result):

@@ -75,8 +75,15 @@ def write_results(graded, out, *, drawings=None):
     """``out/<name>/results.json`` for one submission (with heatmaps from ``drawings``); returns its folder."""
     folder = out / graded.name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps(results_json(graded, drawings), indent=1), encoding="utf-8")
+    (folder / "results.json").write_text(_dumps(results_json(graded, drawings)), encoding="utf-8")
     return folder
+
+
+def _dumps(results):
+    """The results as JSON, one test per line (json's C encoder: it writes no indentation)."""
+    head = json.dumps({k: v for k, v in results.items() if k != "tests"})
+    tests = ",\n".join(json.dumps(test) for test in results["tests"])
+    return f'{head[:-1]}, "tests": [\n{tests}\n]}}\n'
 
 
 def write_gradebook(graded_list, path):

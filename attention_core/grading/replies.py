@@ -39,6 +39,7 @@ class CallOutcome:
     seconds: float = 0.0
     grads: dict | None = None  # call_grad only: label -> gradient, or None where none flowed
     grad_error: str | None = None
+    reply: bytes | None = None  # a small reply's bytes: the same bytes, the same outcome (see Worker._outcome_of)
 
 
 def check_hello(reply):
