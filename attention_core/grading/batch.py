@@ -5,6 +5,7 @@ server: a grader's own work (evaluating, comparing, drawing) is Python that one 
 one core at a time. Each writes its submissions' files and sends back their scores alone.
 """
 
+import ctypes
 import gc
 import multiprocessing
 import sys
@@ -19,6 +20,9 @@ from attention_core.grading.grader import Grader, sandbox_warning, submission_na
 from attention_core.harness.text import points
 from attention_core.report.figures import Drawings
 from attention_core.report.html import submission_page
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
 def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60.0, gradient_points=1.0, stream=None):
@@ -82,10 +86,21 @@ def _grade_and_write(grader, path, name, out):
 
 
 def _settled():
-    """What the grader holds for the whole batch (torch, the cases, their inputs) is left out of the
-    collector's full passes: each would otherwise walk every one of those objects again."""
+    """Set this grader process up for a long batch.
+
+    What the grader holds for the whole batch (torch, the cases, their inputs) is left out of the
+    collector's full passes, each of which would otherwise walk every one of those objects again.
+    Large temporaries (a failed comparison of millions of elements, in float64) reuse the memory
+    the last ones freed rather than fresh pages from the system each time (glibc's malloc only).
+    """
     gc.collect()
     gc.freeze()
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: blocks under it come from the heap
+    mallopt(_M_TRIM_THRESHOLD, 512 << 20)  # and the heap keeps up to this much freed memory
 
 
 # ---- grader processes ----------------------------------------------------------------------------
