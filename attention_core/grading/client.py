@@ -31,7 +31,8 @@ import torch
 from attention_core import spec
 from attention_core.grading import plan, wire
 from attention_core.grading.replies import (
-    CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, TIMEOUT, CallOutcome, check_hello, checked_outcome)
+    CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, TIMEOUT, CallOutcome, Output, check_hello, checked_outcome, decoded,
+    drain)
 
 WORKER = Path(__file__).with_name("worker.py")
 KEPT_ENVIRONMENT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
@@ -43,27 +44,6 @@ REPLIES_BUDGET = 64 << 20  # bytes of such replies one worker keeps
 
 class WorkerError(RuntimeError):
     """The server failed: a fault of the grading machinery, never of a submission."""
-
-
-@dataclasses.dataclass
-class Output:
-    """A stream's first ``limit`` bytes and how many there were."""
-
-    limit: int
-    head: bytearray = dataclasses.field(default_factory=bytearray)
-    total: int = 0
-
-    def add(self, data):
-        room = self.limit - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-        self.total += len(data)
-
-    def text(self):
-        text = self.head.decode("utf-8", "replace")
-        if self.total > len(self.head):
-            text += f"\n[... {self.total - len(self.head)} more bytes of output not shown]"
-        return text
 
 
 def site_dirs():
@@ -185,7 +165,7 @@ class Worker:
         if known is not None:
             return dataclasses.replace(known)
         try:
-            outcome = checked_outcome(_decoded(raw))
+            outcome = checked_outcome(decoded(raw))
         except (KeyError, TypeError, ValueError) as e:  # a wire.WireError is a ValueError
             return CallOutcome(CRASHED, message=f"the submission's process sent a malformed reply: {e}")
         if key is not None and outcome.status == OK and self._replies_size + len(key) <= REPLIES_BUDGET:
@@ -355,6 +335,8 @@ class Submission:
 
     def _spawn(self):
         ours, theirs = socket.socketpair()
+        for end in (ours, theirs):  # a large reply in a few writes, not hundreds (the system caps the size)
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         out_r, out_w = os.pipe()
         try:
             fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, 1 << 20)  # fewer wake-ups when a submission floods
@@ -387,7 +369,7 @@ class Submission:
             problem = f"the import did not finish within {timeout:.3g} s"
         elif problem is None:
             try:
-                reply = _decoded(raw)
+                reply = decoded(raw)
                 check_hello(reply)
             except (KeyError, TypeError, ValueError) as e:  # a wire.WireError is a ValueError
                 reply, problem = None, f"the submission's process sent a malformed reply: {e}"
@@ -398,7 +380,7 @@ class Submission:
         """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None)."""
         output = Output(self._worker.output_limit)
         deadline = time.monotonic() + timeout
-        pending, buf, need = memoryview(data), bytearray(), None
+        pending, buf, got, need = memoryview(data), bytearray(REPLIES_KEPT), 0, None
         if pending:  # a small request fits the socket's buffer: send it before the first poll
             pending = self._send(pending)
         poller = select.poll()
@@ -421,18 +403,22 @@ class Submission:
                 if not pending:
                     poller.modify(self._sock, select.POLLIN)
             if sock_events & (select.POLLIN | select.POLLHUP | select.POLLERR):
-                chunk = self._sock.recv(1 << 20) if sock_events & select.POLLIN else b""
-                if not chunk:
+                read = self._sock.recv_into(memoryview(buf)[got:]) if sock_events & select.POLLIN else 0
+                if not read:
                     problem = "the submission's process died"
                     break
-                buf += chunk
-                if need is None and len(buf) >= wire.HEADER.size:
+                got += read
+                if need is None and got >= wire.HEADER.size:
                     n_text, n_blob = wire.HEADER.unpack_from(buf)
                     need = wire.HEADER.size + n_text + n_blob
                     if need > self._worker.reply_limit:
                         problem = f"the submission's process sent {need} bytes, over the limit of {self._worker.reply_limit}"
                         break
-                if need is not None and len(buf) >= need:
+                    if need > len(buf):  # a large reply: the rest is read straight into a buffer of its size
+                        larger = bytearray(need)
+                        larger[:got] = buf[:got]
+                        buf = larger
+                if need is not None and got >= need:
                     break
         if out_open:
             drain(self._out, output)
@@ -466,24 +452,3 @@ class Submission:
             self._sock = self._out = self._pid = None
             shutil.rmtree(self._scratch, ignore_errors=True)
         return status
-
-
-def _decoded(raw):
-    """A message's bytes (header included) -> its value."""
-    n_text = wire.HEADER.unpack_from(raw)[0]
-    body = raw[wire.HEADER.size:]
-    return wire.decode(bytes(body[:n_text]), body[n_text:])
-
-
-def drain(fd, output, chunks=16):
-    """Read what the pipe holds (up to ``chunks`` MiB: a writer that never stops must not hold us) into
-    ``output``; False once every writer has closed it."""
-    for _ in range(chunks):
-        try:
-            data = os.read(fd, 1 << 20)
-        except BlockingIOError:
-            return True
-        if not data:
-            return False
-        output.add(data)
-    return True

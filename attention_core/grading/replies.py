@@ -1,14 +1,17 @@
 """What a submission's process may send back, checked field by field before the grader uses it.
 
-The statuses of a call, the outcome the grader reads (:class:`CallOutcome`), and the checks of
-the child's import report and call replies: every field's type, a size cap on every text.
+The statuses of a call, the outcome the grader reads (:class:`CallOutcome`), the checks of the
+child's import report and call replies (every field's type, a size cap on every text), and its
+printed output, of which only the first bytes are kept (:class:`Output`).
 """
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import torch
 
 from attention_core import spec
+from attention_core.grading import wire
 
 OK = "ok"
 RAISED = "raised"
@@ -82,3 +85,45 @@ def lines(value):
     if not (isinstance(value, list) and all(isinstance(line, str) for line in value)):
         raise TypeError("a traceback is not a list of str")
     return tuple(line[:1000] for line in value[:200])
+
+
+@dataclass
+class Output:
+    """A stream's first ``limit`` bytes and how many there were."""
+
+    limit: int
+    head: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, data):
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+        self.total += len(data)
+
+    def text(self):
+        text = self.head.decode("utf-8", "replace")
+        if self.total > len(self.head):
+            text += f"\n[... {self.total - len(self.head)} more bytes of output not shown]"
+        return text
+
+
+def decoded(raw):
+    """A message's bytes (header included) -> its value."""
+    n_text = wire.HEADER.unpack_from(raw)[0]
+    body = raw[wire.HEADER.size:]
+    return wire.decode(bytes(body[:n_text]), body[n_text:])
+
+
+def drain(fd, output, chunks=16):
+    """Read what the pipe holds (up to ``chunks`` MiB: a writer that never stops must not hold us) into
+    ``output``; False once every writer has closed it."""
+    for _ in range(chunks):
+        try:
+            data = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        output.add(data)
+    return True
