@@ -31,6 +31,20 @@ def test_a_graded_call_calls_exactly_the_function_it_grades(item):
     assert calls == [item.check.function]
 
 
+def test_judging_given_results_gives_what_running_the_check_gives():
+    def no_scale(q, k, v, mask=None, scale=None):
+        return reference.attention(q, k, v, mask, scale=1.0)
+
+    for functions in (None, {"attention": no_scale}):
+        for item in [i for i in GRADED if i.check.function == "attention"][:6]:
+            values = runner.outputs(item, functions=functions)
+            ran, judged = runner.run(item, functions=functions), runner.judged(item, values)
+            assert (judged.status, judged.message) == (ran.status, ran.message), item.id
+            assert [f.render() for f in judged.failures] == [f.render() for f in ran.failures], item.id
+    assert any(not runner.judged(i, runner.outputs(i, functions={"attention": no_scale})).passed
+               for i in GRADED if i.check.function == "attention")
+
+
 def test_nested_spec_calls_are_evaluated_with_the_reference():
     item = next(i for i in GRADED if "causal_mask(8)" in i.check.expr.source and i.check.function == "softmax")
     result = runner.run(item, functions={"softmax": reference.softmax})

@@ -52,24 +52,31 @@ class Diagnoser:
                 continue
             if self._ruled_out(item, mutant, result):
                 continue
-            theirs = self._mutant_run(item, mutant, runner.outputs)
+            theirs = self._mutant_run(item, mutant)
             if isinstance(theirs, dict):  # it returned: a mistake that gives the student's values, and fails
                 if result.status is Status.FAILED and _agree(result.outputs, theirs, item) and \
-                        not self._mutant_run(item, mutant, runner.run).passed:
+                        not self._judged(item, mutant, theirs).passed:
                     found.append(mutant)
             elif _raised(result) and _raised(theirs):  # fails the way the mutant fails: it raises here
                 found.append(mutant)
         return found
 
-    def _mutant_run(self, item, mutant, how, preparation=None):
-        """``how`` (runner.outputs or runner.run) of ``item`` with the mutant, once per check and batch."""
+    def _mutant_run(self, item, mutant, preparation=None):
+        """The mutant's named results on ``item`` (runner.outputs), once per check, preparation and batch."""
         preparation = preparation or self.preparation
-        key = (item, mutant.name, how, preparation)
+        key = (item, mutant.name, preparation)
         if key not in self._results:
             with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
                 warnings.simplefilter("ignore")
-                self._results[key] = how(item, functions={**runner.REFERENCE, **mutant.functions},
-                                         preparation=preparation)
+                self._results[key] = runner.outputs(item, functions={**runner.REFERENCE, **mutant.functions},
+                                                    preparation=preparation)
+        return self._results[key]
+
+    def _judged(self, item, mutant, theirs):
+        """The mutant's results ``theirs`` on ``item`` compared with the expectations, once per check and batch."""
+        key = (item, mutant.name, runner.judged)
+        if key not in self._results:
+            self._results[key] = runner.judged(item, theirs, preparation=self.preparation)
         return self._results[key]
 
     def _ruled_out(self, item, mutant, result):
@@ -80,7 +87,7 @@ class Diagnoser:
         """
         if not self._first.cuts(item):
             return False
-        theirs = self._mutant_run(item, mutant, runner.outputs, self._first)
+        theirs = self._mutant_run(item, mutant, self._first)
         if not isinstance(theirs, dict):
             return False
         if result.status is not Status.FAILED:

@@ -146,6 +146,12 @@ def outputs(item, *, functions=None, device="cpu", preparation=None):
     return _guarded(item, functions, device, preparation, judge=False)
 
 
+def judged(item, values, *, device="cpu", preparation=None):
+    """The check's :class:`Result` for its named results ``values`` (what :func:`outputs` gave),
+    compared with the expectations without calling anything again."""
+    return _guarded(item, None, device, preparation, judge=values)
+
+
 def _guarded(item, functions, device, preparation, judge):
     if item.error is not None:
         return Result(Status.CASE_ERROR, item.id, item.location, message=item.error.message)
@@ -180,11 +186,14 @@ def _run(item, functions, device, header, preparation, judge):
     except Exception as err:  # the case's inputs: a problem of the case file
         raise _Stop(Status.CASE_ERROR, f"the inputs could not be made: {_describe(err)}") from None
     failures = []
-    arguments = _prepared_arguments(item, device, preparation) if isinstance(check, CallCheck) else None
-    outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
-    values = _targets(check, scope, outputs, device, case.dtype, failures)
-    if not judge:
-        return values
+    if isinstance(judge, dict):  # the results are given: judged alone
+        outputs = values = judge
+    else:
+        arguments = _prepared_arguments(item, device, preparation) if isinstance(check, CallCheck) else None
+        outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
+        values = _targets(check, scope, outputs, device, case.dtype, failures)
+        if not judge:
+            return values
     failures += _failures(item, values, device, preparation.oracles(item))
     if check.erratum is not None and not failures:
         stale = _stale_erratum(item, scope, device)
