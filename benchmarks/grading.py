@@ -52,7 +52,7 @@ def wall(paths, out, jobs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-loop", action="store_true", help="skip the one-process-per-submission loop")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
