@@ -335,8 +335,6 @@ class Submission:
 
     def _spawn(self):
         ours, theirs = socket.socketpair()
-        for end in (ours, theirs):  # a large reply in a few writes, not hundreds (the system caps the size)
-            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         out_r, out_w = os.pipe()
         try:
             fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, 1 << 20)  # fewer wake-ups when a submission floods

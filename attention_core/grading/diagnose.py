@@ -26,7 +26,8 @@ class Diagnoser:
         self.library = library
         self.preparation = preparation or runner.Preparation()
         self._first = _FirstEntry(self.preparation)  # large checks' arguments cut to their first batch entry
-        self._results = {}
+        self._results = {}  # (check, mutant, preparation) -> the mutant's named results
+        self._verdicts = {}  # (check, mutant) -> those results judged against the expectations
         self._found = {}  # id(result) -> (result, the mutants it matched): a Result graded again is not diagnosed again
 
     def explain(self, graded):
@@ -74,10 +75,10 @@ class Diagnoser:
 
     def _judged(self, item, mutant, theirs):
         """The mutant's results ``theirs`` on ``item`` compared with the expectations, once per check and batch."""
-        key = (item, mutant.name, runner.judged)
-        if key not in self._results:
-            self._results[key] = runner.judged(item, theirs, preparation=self.preparation)
-        return self._results[key]
+        key = (item, mutant.name)
+        if key not in self._verdicts:
+            self._verdicts[key] = runner.judged(item, theirs, preparation=self.preparation)
+        return self._verdicts[key]
 
     def _ruled_out(self, item, mutant, result):
         """On a large check, the mutant's run on the first batch entry already tells it apart from the

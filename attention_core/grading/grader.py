@@ -256,13 +256,17 @@ class Grader:
         if name in functions.submission.names and name not in functions.timed_out:
             reply = functions.fetch(name, args, kwargs, reuse=item).reply
             key = None if reply is None else (item, reply)
-        result = self._judged.get(key) if key is not None else None
-        if result is None:
-            result = runner.run(item, functions=functions, preparation=self.preparation)
-            if key is not None:
-                self._judged[key] = result
+        result = self._judged_once(key, lambda: runner.run(item, functions=functions, preparation=self.preparation))
         functions.ready = None
         return result
+
+    def _judged_once(self, key, judge):
+        """``judge()``, kept under ``key`` (a check and the reply's bytes) for the batch; None: not kept."""
+        if key is None:
+            return judge()
+        if key not in self._judged:
+            self._judged[key] = judge()
+        return self._judged[key]
 
     # ---------------------------------------------------------------- the backward check
 
@@ -302,8 +306,10 @@ class Grader:
         except CallFailed as failed:
             return result(failed.status, message=failed.message, details=failed.details)
         key = None if outcome.reply is None else (item, outcome.reply, "backward")
-        if key in self._judged:
-            return self._judged[key]
+        return self._judged_once(key, lambda: result(*self._gradient_failures(item, name, outcome, golden)))
+
+    def _gradient_failures(self, item, name, outcome, golden):
+        """(status, failures) of a backward check from the call's outcome and the torch route's gradients."""
         failures = []
         if outcome.mutated:
             which = ", ".join(_label(label, name) for label in outcome.mutated)
@@ -325,10 +331,7 @@ class Grader:
             mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
             if mismatch is not None:
                 failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
-        judged = result(Status.FAILED if failures else Status.PASSED, failures)
-        if key is not None:
-            self._judged[key] = judged
-        return judged
+        return Status.FAILED if failures else Status.PASSED, failures
 
     def _golden(self, item, name, args, kwargs):
         """label -> gradient of the projection through torch's own functions, in float64 (cached per check)."""
