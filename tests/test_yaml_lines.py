@@ -29,9 +29,9 @@ def test_values_are_yamls_own_and_merge_keys_follow_yamls_rule():
 def test_each_key_and_value_keeps_its_line_and_column_a_merged_one_its_own_place():
     tree = yaml_lines.parse(TEXT)
     one, many = tree["one"], tree["many"]
-    assert (one.key_lines["b"], one.key_cols["b"], one.value_lines["b"], one.value_cols["b"]) == (5, 3, 5, 6)
-    assert (one.key_lines["a"], one.key_cols["a"]) == (1, 14)  # where the merged pair is written
-    assert (many["d"].item_lines[1], many["d"].item_cols[1]) == (8, 11)  # inside the quotes
+    assert one.places["b"] == (5, 3, 5, 6)  # key's line and column, value's line and column
+    assert one.places["a"][:2] == (1, 14)  # where the merged pair is written
+    assert many["d"].places[1] == (8, 11)  # inside the quotes
     shared = yaml_lines.parse("a: &x {k: [1]}\nb: *x\n")
     assert shared["a"] is shared["b"]  # an alias is its anchor's value, shared, never copied
 

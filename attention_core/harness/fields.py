@@ -182,15 +182,16 @@ def literal(value):
     if count > MAX_LITERAL:
         raise FieldError(f"a literal of {count} elements; the limit is {MAX_LITERAL} "
                          f"(draw large tensors from a seed instead)")
-    problem = _ragged(value, shape, ())
-    if problem:
-        raise FieldError(problem)
-    flat = _flatten(value)
-    if flat and all(isinstance(v, bool) for v in flat):
+    flat = _flat(value, shape)
+    if flat is None:
+        raise FieldError(_ragged(value, shape, ()))
+    kinds = set(map(type, flat))
+    if kinds == {bool}:
         return torch.tensor(value, dtype=torch.bool)
-    bad = next((v for v in flat if not isinstance(v, (int, float)) or isinstance(v, bool)), None)
-    if bad is not None:
-        raise FieldError(f"expected numbers, found {quote(bad)}")
+    if not kinds <= {int, float}:
+        bad = next((v for v in flat if not isinstance(v, (int, float)) or isinstance(v, bool)), None)
+        if bad is not None:
+            raise FieldError(f"expected numbers, found {quote(bad)}")
     try:
         if flat and all(isinstance(v, int) for v in flat):
             return torch.tensor(value, dtype=torch.int64)
@@ -228,8 +229,13 @@ def _ragged(value, shape, at):
     return None
 
 
-def _flatten(value):
-    return [x for v in value for x in _flatten(v)] if isinstance(value, list) else [value]
+def _flat(value, shape):
+    """The numbers of a nested list of ``shape`` (its first elements' shape), in order; None where it is ragged."""
+    for length in shape[1:]:
+        if not all(isinstance(row, list) and len(row) == length for row in value):
+            return None
+        value = [x for row in value for x in row]
+    return None if any(isinstance(x, list) for x in value) else value
 
 
 def _draw(kind):

@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from attention_core.harness import draws
 from attention_core.harness.fields import (NUMBERS_SCHEMA, SPEC_FUNCTIONS, VISIBILITIES, CompletePrinted, DType, Draw,
@@ -44,8 +44,9 @@ class Source(Node):
 
     def under(self, parent):
         """This source with what it leaves out taken from ``parent``."""
-        given = {k: v for k, v in self.model_dump().items() if v is not None}
-        return parent.model_copy(update=given) if parent is not None else self
+        if parent is None:
+            return self
+        return parent.updated({k: v for k, v in self.__dict__.items() if v is not None})
 
 
 class Document(Source):
@@ -203,18 +204,22 @@ class _Expectation(Node):
     note: str | None = None
     pending: Flag = False  # pasted from a notebook; the check is not yet known to compute it
     recorded: Text | None = None  # how ``record`` computed it: unreviewed until the mark is removed
-    _target: str = PrivateAttr("")
-    _expr: Any = PrivateAttr(None)
+    __slots__ = ("_target", "_expr")  # set by the check (see Node's slots)
+
+    def place(self, target, parsed):
+        """Say what this expects something of: ``target`` as written, and parsed (set once, by the check)."""
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_expr", parsed)
 
     @property
     def target(self):
         """The output, input or expression (as written) this expects something of."""
-        return self._target
+        return getattr(self, "_target", "")
 
     @property
     def expr(self):
         """The target, parsed."""
-        return self._expr
+        return getattr(self, "_expr", None)
 
 
 class _Tolerances(_Expectation):

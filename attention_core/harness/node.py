@@ -10,7 +10,7 @@ validation, and described in the JSON Schema).
 import functools
 from typing import Annotated, ClassVar, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, PrivateAttr, Tag, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
 from attention_core.harness.text import quote
@@ -21,12 +21,31 @@ class Node(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
     what: ClassVar[str] = "a mapping"
-    _line: int = PrivateAttr(0)
+    # Set once the model is made (not fields, so not pydantic private attributes either: those cost a
+    # Python call per model made); kept by a copy, left out of equality.
+    __slots__ = ("_line",)
 
     @property
     def line(self):
-        """The 1-based line of the file where this starts."""
-        return self._line
+        """The 1-based line of the file where this starts (0 where it was not read from a file)."""
+        return getattr(self, "_line", 0)
+
+    def __copy__(self):
+        return self.updated({})
+
+    def updated(self, changes):
+        """A copy with the fields ``changes`` names changed, not validated again (``model_copy(update=...)``
+        for a model of this frozen, extra-forbidding kind, without its generic steps)."""
+        cls = type(self)
+        made = cls.__new__(cls)
+        _set(made, "__dict__", {**self.__dict__, **changes})
+        _set(made, "__pydantic_extra__", None)
+        _set(made, "__pydantic_fields_set__", self.__pydantic_fields_set__ | changes.keys())
+        _set(made, "__pydantic_private__", None)
+        for name in _slots(cls):
+            if hasattr(self, name):
+                _set(made, name, getattr(self, name))
+        return made
 
     @model_validator(mode="wrap")
     @classmethod
@@ -37,7 +56,7 @@ class Node(BaseModel):
             raise _error("not_mapping", f"{cls.what} must be a mapping")
         made = handler(data)
         if isinstance(data, dict):
-            made._line = getattr(data, "line", 0)
+            _set(made, "_line", getattr(data, "line", 0))
             _place_children(made, data)
         return cls._settle(made, info.context or {})
 
@@ -47,8 +66,16 @@ class Node(BaseModel):
         return made
 
 
+_set = object.__setattr__
+
+
 def _error(kind, message, **context):
     return PydanticCustomError(kind, "{message}", {"message": message, **context})
+
+
+@functools.cache
+def _slots(cls):
+    return tuple(name for c in cls.__mro__ if issubclass(c, Node) for name in c.__dict__.get("__slots__", ()))
 
 
 @functools.cache
@@ -85,8 +112,8 @@ def _hint(unknown):
 
 def _place_children(made, data):
     """Give each child the line its value starts on (a short form has no line of its own)."""
-    value_lines = getattr(data, "value_lines", None)
-    if value_lines is None:
+    places = getattr(data, "places", None)
+    if places is None:
         return
     fields = _fields(type(made))
     for name, raw in data.items():  # a field the mapping does not write holds its default: no line to give
@@ -94,15 +121,15 @@ def _place_children(made, data):
             continue
         value = getattr(made, name)
         if isinstance(value, Node):
-            value._line = value_lines[name]
-        elif isinstance(value, dict) and hasattr(raw, "value_lines"):
+            _set(value, "_line", places[name][2])
+        elif isinstance(value, dict) and isinstance(raw, dict) and hasattr(raw, "places"):
             for key, child in value.items():
-                if isinstance(child, Node) and key in raw.value_lines:
-                    child._line = raw.value_lines[key]
-        elif isinstance(value, tuple) and hasattr(raw, "item_lines"):
-            for child, line in zip(value, raw.item_lines):
+                if isinstance(child, Node) and key in raw.places:
+                    _set(child, "_line", raw.places[key][2])
+        elif isinstance(value, tuple) and isinstance(raw, list) and hasattr(raw, "places"):
+            for child, (line, _) in zip(value, raw.places):
                 if isinstance(child, Node):
-                    child._line = line
+                    _set(child, "_line", line)
 
 
 class ShortForms:
@@ -130,7 +157,7 @@ def _form(forms):
 
 def _one_form(classes, forms, what, short):
     """A before-validator: the short form made long, then exactly one of ``forms``, and no unknown key."""
-    allowed = sorted({k for c in classes for k in _keys(c)})
+    allowed = frozenset(k for c in classes for k in _keys(c))
 
     def check(value):
         value = short(value)
@@ -141,7 +168,7 @@ def _one_form(classes, forms, what, short):
         unknown = [k for k in value if k not in allowed]
         if unknown:
             raise _error("unknown_key", f"unknown key {quote(unknown[0])} in {what}; expected one of "
-                                        f"{', '.join(allowed)}{_hint(unknown)}", key=unknown[0])
+                                        f"{', '.join(sorted(allowed))}{_hint(unknown)}", key=unknown[0])
         found = [k for k in forms if k in value]
         if len(found) != 1:
             raise _error("form", f"{what} needs exactly one of: {', '.join(forms)}"

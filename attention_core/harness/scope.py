@@ -42,7 +42,7 @@ def settle(case, context):
             raise Misplaced(("checks", i, "id"), f"check id {quote(check.id)} is used twice in case {quote(case.id)}")
         seen.add(check.id)
         checks.append(_check(check, ("checks", i), known, source, points, visibility))
-    return case.model_copy(update={"source": source, "dtype": dtype, "checks": tuple(checks)})
+    return case.updated({"source": source, "dtype": dtype, "checks": tuple(checks)})
 
 
 def _first(*values):
@@ -107,7 +107,7 @@ def _check(check, at, inputs, case_source, case_points, case_visibility):
         _defined(parsed, scope, where, "expectation target", key=True)
         if isinstance(expectation, OracleExpectation):
             _defined(expectation.oracle, inputs, (*where, "oracle"), "oracle")
-        expectation._target, expectation._expr = target, parsed
+        expectation.place(target, parsed)
     if check.erratum is not None and check.erratum.differs is not None:
         _differs(check, check.erratum.differs, (*at, "erratum", "differs"), inputs, returns)
     if isinstance(check, ExprCheck) and check.points:
@@ -115,7 +115,7 @@ def _check(check, at, inputs, case_source, case_points, case_visibility):
                                          "(give points to a graded 'call' check)")
     points = _first(check.points, case_points, 1.0) if graded else 0.0
     source = check.source.under(case_source) if check.source is not None else case_source
-    return check.model_copy(update={"returns": tuple(returns), "points": points, "source": source,
+    return check.updated({"returns": tuple(returns), "points": points, "source": source,
                                     "visibility": _first(check.visibility, case_visibility, "visible")})
 
 

@@ -37,23 +37,25 @@ class CaseError(Exception):
 
 
 class Map(dict):
-    """A mapping that remembers where each key and value starts (1-based lines and columns)."""
+    """A mapping that remembers where it starts and where each key and value starts (1-based)."""
 
-    line = column = 0
+    __slots__ = ("line", "column", "places")
 
-    def __init__(self):
+    def __init__(self, line=0, column=0):
         super().__init__()
-        self.key_lines, self.value_lines, self.key_cols, self.value_cols = {}, {}, {}, {}
+        self.line, self.column = line, column
+        self.places = {}  # key -> (key's line, key's column, value's line, value's column)
 
 
 class Seq(list):
-    """A list that remembers where each item starts."""
+    """A list that remembers where it starts and where each item starts (1-based)."""
 
-    line = column = 0
+    __slots__ = ("line", "column", "places")
 
-    def __init__(self):
+    def __init__(self, line=0, column=0):
         super().__init__()
-        self.item_lines, self.item_cols = [], []
+        self.line, self.column = line, column
+        self.places = []  # (line, column) of each item
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -68,16 +70,22 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                                                             f"{shorten(str(err))}", column=node.start_mark.column + 1)
 
 
-def _content_at(loader, event, scalar):
+def _content_at(loader, event):
     """(line, column) of a value's first character of content; a block scalar's starts on the next line."""
-    line, column = event.start_mark.line + 1, event.start_mark.column + 1
-    style = event.style if scalar else None
+    mark = event.start_mark
+    style = getattr(event, "style", None)
+    if style is None:  # plain scalars, collections and aliases
+        return mark.line + 1, mark.column + 1
     if style in ("|", ">"):
-        text = loader.text_lines[line + 1] if line + 1 < len(loader.text_lines) else ""
-        return line + 1, len(text) - len(text.lstrip(" ")) + 1
+        text = loader.text_lines[mark.line + 2] if mark.line + 2 < len(loader.text_lines) else ""
+        return mark.line + 2, len(text) - len(text.lstrip(" ")) + 1
     if style in ("'", '"'):
-        return line, column + 1
-    return line, column
+        return mark.line + 1, mark.column + 2
+    return mark.line + 1, mark.column + 1  # a flow collection's style
+
+
+_SCALAR, _ALIAS, _MAPPING = yaml.ScalarEvent, yaml.AliasEvent, yaml.MappingStartEvent
+_MAPPING_END, _SEQUENCE_END = yaml.MappingEndEvent, yaml.SequenceEndEvent
 
 
 class _Builder:
@@ -107,10 +115,11 @@ class _Builder:
 
     def value(self, event, depth):
         """(value, size) of the node that ``event`` starts; reads the events up to its end."""
-        if isinstance(event, yaml.AliasEvent):
-            return self.alias(event)
-        if isinstance(event, yaml.ScalarEvent):
+        kind = type(event)
+        if kind is _SCALAR:
             made = (self.scalar(event), 1)
+        elif kind is _ALIAS:
+            return self.alias(event)
         else:
             if depth > MAX_DEPTH:
                 raise _at(event, f"the YAML nests deeper than {MAX_DEPTH} levels")
@@ -118,7 +127,7 @@ class _Builder:
                 raise _at(event, f"unknown YAML tag {shorten(event.tag)!r}: a case file is plain YAML, without tags")
             if event.anchor is not None:
                 self.open.add(event.anchor)
-            made = (self.mapping if isinstance(event, yaml.MappingStartEvent) else self.sequence)(event, depth)
+            made = (self.mapping if kind is _MAPPING else self.sequence)(event, depth)
             if made[1] > MAX_NODES:
                 raise _at(event, f"YAML aliases expand this value to more than {MAX_NODES} values; the limit is "
                                  f"{MAX_NODES} for a whole file")
@@ -136,11 +145,12 @@ class _Builder:
 
     def scalar(self, event):
         tag, text = event.tag, event.value
-        if tag is None and not event.implicit[0]:
-            return text  # quoted: text
+        if tag is None:
+            if not event.implicit[0]:
+                return text  # quoted: text
+            if text in _PLAIN:
+                return _PLAIN[text]
         plain = tag is None
-        if plain and text in _PLAIN:
-            return _PLAIN[text]
         if tag is None or tag == "!":
             tag = self.loader.resolve(yaml.ScalarNode, text, event.implicit)
         if tag == _STR:
@@ -155,33 +165,34 @@ class _Builder:
         return value
 
     def sequence(self, event, depth):
-        result, size = Seq(), 1
-        result.line, result.column = event.start_mark.line + 1, event.start_mark.column + 1
-        loader = self.loader
-        while not loader.check_event(yaml.SequenceEndEvent):
+        mark = event.start_mark
+        result, size = Seq(mark.line + 1, mark.column + 1), 1
+        loader, places, depth = self.loader, result.places, depth + 1
+        while True:
             item = loader.get_event()
-            value, n = self.value(item, depth + 1)
+            if type(item) is _SEQUENCE_END:
+                return result, size
+            value, n = self.value(item, depth)
             result.append(value)
-            line, column = _content_at(loader, item, isinstance(item, yaml.ScalarEvent))
-            result.item_lines.append(line)
-            result.item_cols.append(column)
+            places.append(_content_at(loader, item))
             size += n
-        loader.get_event()
-        return result, size
 
     def mapping(self, event, depth):
-        result, size, merged = Map(), 1, []
-        result.line, result.column = event.start_mark.line + 1, event.start_mark.column + 1
-        loader = self.loader
-        while not loader.check_event(yaml.MappingEndEvent):
+        mark = event.start_mark
+        result, size, merged = Map(mark.line + 1, mark.column + 1), 1, []
+        loader, places, depth = self.loader, result.places, depth + 1
+        while True:
             key_event = loader.get_event()
-            if not isinstance(key_event, (yaml.ScalarEvent, yaml.AliasEvent)):
+            kind = type(key_event)
+            if kind is _MAPPING_END:
+                break
+            if kind is not _SCALAR and kind is not _ALIAS:
                 raise _at(key_event, "a mapping key must be a plain word")
-            is_merge = isinstance(key_event, yaml.ScalarEvent) and key_event.value == "<<" and key_event.tag is None \
+            is_merge = kind is _SCALAR and key_event.value == "<<" and key_event.tag is None \
                 and loader.resolve(yaml.ScalarNode, "<<", key_event.implicit) == _MERGE
-            key, n = (None, 1) if is_merge else self.value(key_event, depth + 1)
+            key, n = (None, 1) if is_merge else self.value(key_event, depth)
             value_event = loader.get_event()
-            value, m = self.value(value_event, depth + 1)
+            value, m = self.value(value_event, depth)
             size += n + m
             if is_merge:
                 merged += _merged(value, value_event)
@@ -191,10 +202,7 @@ class _Builder:
             if key in result:  # merged pairs join after the mapping's own
                 raise _at(key_event, f"duplicate key {shorten(key)!r}")
             result[key] = value
-            result.key_lines[key], result.key_cols[key] = _content_at(loader, key_event, True)
-            result.value_lines[key], result.value_cols[key] = _content_at(
-                loader, value_event, isinstance(value_event, yaml.ScalarEvent))
-        loader.get_event()
+            places[key] = (*_content_at(loader, key_event), *_content_at(loader, value_event))
         _merge(result, merged)
         return result, size
 
@@ -211,22 +219,16 @@ def _merge(result, merged):
     """Give ``result`` the pairs of ``merged`` that it does not write itself (YAML's merge rule), first."""
     if not merged:
         return
-    own = dict(result)
-    places = (result.key_lines, result.key_cols, result.value_lines, result.value_cols)
-    own_places = [dict(p) for p in places]
+    own, own_places = dict(result), dict(result.places)
     result.clear()
-    for p in places:
-        p.clear()
+    result.places.clear()
     for source in merged:
         for key, value in source.items():
             if key not in result and key not in own:
                 result[key] = value
-                for mine, theirs in zip(places, (source.key_lines, source.key_cols, source.value_lines,
-                                                 source.value_cols)):
-                    mine[key] = theirs[key]
+                result.places[key] = source.places[key]
     result.update(own)
-    for mine, kept in zip(places, own_places):
-        mine.update(kept)
+    result.places.update(own_places)
 
 
 def _at(event, message):
@@ -306,9 +308,10 @@ def locate(tree, loc, *, key=False):
     node = tree
     for i, part in enumerate(loc):
         if isinstance(node, Map) and not isinstance(part, bool) and part in node:
+            key_line, key_column, line, column = node.places[part]
             if key and i == len(loc) - 1:
-                return node.key_lines[part], node.key_cols[part]
-            line, column, node = node.value_lines[part], node.value_cols[part], node[part]
+                return key_line, key_column
+            node = node[part]
         elif isinstance(node, Seq) and isinstance(part, int) and 0 <= part < len(node):
-            line, column, node = node.item_lines[part], node.item_cols[part], node[part]
+            (line, column), node = node.places[part], node[part]
     return line, column
