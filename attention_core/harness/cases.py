@@ -49,8 +49,9 @@ def clear_caches():
 
 def load_folder(folder):
     """Load every case file of ``folder``."""
+    shown = shown_path(Path(folder))  # once for the folder: a file's own is the folder's and its name
     with _collection_paused():
-        return [load_file(path) for path in find_case_files(folder)]
+        return [load_file(path, shown / path.name) for path in find_case_files(folder)]
 
 
 @contextlib.contextmanager
@@ -67,10 +68,13 @@ def _collection_paused():
             gc.enable()
 
 
-def load_file(path):
-    """Load one case file; never raises for a problem in the file (see ``CaseFile.errors``)."""
+def load_file(path, shown=None):
+    """Load one case file; never raises for a problem in the file (see ``CaseFile.errors``).
+
+    Messages name the file as ``shown`` (default: its path as :func:`shown_path` gives it).
+    """
     path = Path(path)
-    shown = shown_path(path)
+    shown = shown_path(path) if shown is None else shown
     try:
         tree = yaml_lines.read(path, shown)
         envelope = Envelope.model_validate(tree if tree is not None else yaml_lines.Map())

@@ -84,18 +84,21 @@ def _keys(cls):
 
 
 @functools.cache
-def _fields(cls):
-    return frozenset(cls.model_fields)
-
-
-@functools.cache
 def _required(cls):
     return tuple(k for k in _keys(cls) if cls.model_fields[k].is_required())
 
 
+@functools.cache
+def _allowed(cls):
+    return frozenset(_keys(cls))
+
+
 def _check_keys(cls, data):
-    allowed = _keys(cls)
-    unknown = [k for k in data if k not in allowed]
+    allowed = _allowed(cls)
+    if allowed.issuperset(data):
+        unknown = ()
+    else:
+        unknown = [k for k in data if k not in allowed]
     if unknown:
         raise _error("unknown_key", f"unknown key {quote(unknown[0])} in {cls.what}; expected one of "
                                     f"{', '.join(sorted(allowed))}{_hint(unknown)}", key=unknown[0])
@@ -110,16 +113,19 @@ def _hint(unknown):
     return ""
 
 
+_LEAVES = frozenset((str, int, float, bool))  # a field's value that holds no child
+
+
 def _place_children(made, data):
     """Give each child the line its value starts on (a short form has no line of its own)."""
     places = getattr(data, "places", None)
     if places is None:
         return
-    fields = _fields(type(made))
+    values = made.__dict__  # by field name: a key the model does not know as a field has no child here
     for name, raw in data.items():  # a field the mapping does not write holds its default: no line to give
-        if name not in fields:
+        value = values.get(name)
+        if value is None or type(value) in _LEAVES:
             continue
-        value = getattr(made, name)
         if isinstance(value, Node):
             _set(value, "_line", places[name][2])
         elif isinstance(value, dict) and isinstance(raw, dict) and hasattr(raw, "places"):
@@ -148,10 +154,14 @@ def _tag(form):
 
 def _form(forms):
     """A discriminator: the tag of the one key of ``forms`` a mapping has."""
+    tags = {f: _tag(f) for f in forms}
+
     def pick(value):
-        if isinstance(value, Node):
-            return _tag(next(f for f in forms if f in type(value).model_fields))
-        return _tag(next(k for k in forms if k in value))
+        keys = type(value).model_fields if isinstance(value, Node) else value
+        for form in forms:
+            if form in keys:
+                return tags[form]
+        return None  # no form: the before-validator has refused it already
     return Discriminator(pick)
 
 
