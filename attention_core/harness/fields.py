@@ -183,17 +183,20 @@ def literal(value):
         raise FieldError(f"a literal of {count} elements; the limit is {MAX_LITERAL} "
                          f"(draw large tensors from a seed instead)")
     flat = _flat(value, shape)
-    if flat is None:
+    kinds = set(map(type, flat)) if flat is not None else {list}
+    if any(issubclass(k, list) for k in kinds):
         raise FieldError(_ragged(value, shape, ()))
-    kinds = set(map(type, flat))
     if kinds == {bool}:
         return torch.tensor(value, dtype=torch.bool)
-    if not kinds <= {int, float}:
+    if kinds <= {int, float}:
+        integral = float not in kinds
+    else:
         bad = next((v for v in flat if not isinstance(v, (int, float)) or isinstance(v, bool)), None)
         if bad is not None:
             raise FieldError(f"expected numbers, found {quote(bad)}")
+        integral = all(isinstance(v, int) for v in flat)
     try:
-        if flat and all(isinstance(v, int) for v in flat):
+        if flat and integral:
             return torch.tensor(value, dtype=torch.int64)
         return torch.tensor(value, dtype=torch.float64)
     except (OverflowError, RuntimeError, ValueError) as err:
@@ -230,12 +233,13 @@ def _ragged(value, shape, at):
 
 
 def _flat(value, shape):
-    """The numbers of a nested list of ``shape`` (its first elements' shape), in order; None where it is ragged."""
+    """The items of a nested list of ``shape`` (its first elements' shape) at its last level, in order; None
+    where a level departs from the shape (an item that is itself a list departs at the last level)."""
     for length in shape[1:]:
         if not all(isinstance(row, list) and len(row) == length for row in value):
             return None
         value = [x for row in value for x in row]
-    return None if any(isinstance(x, list) for x in value) else value
+    return value
 
 
 def _draw(kind):

@@ -134,8 +134,9 @@ def _differs(check, differs, where, inputs, returns):
 
 
 def _defined(parsed, known, where, what, *, key=False):
-    unknown = sorted(parsed.names - set(known) - set(expr.CONSTANTS))
+    unknown = parsed.names.difference(known, expr.CONSTANTS)
     if unknown:
+        unknown = sorted(unknown)
         names = shorten(", ".join(sorted(known)) or "nothing", 200)
         raise Misplaced(where, f"{what} `{shorten(parsed.source, 60)}` uses {', '.join(map(quote, unknown))}, "
                                f"which is not defined before it (known: {names})", key=key)
