@@ -229,3 +229,23 @@ def test_grading_writes_a_report_and_html_feedback_with_heatmaps_within_the_cap(
     assert "000_attention_explained/version3_p_attn/p_attn" in page and "Likely mistake" in page
     assert 'data-role="actual"' in page and "points" in page
     assert math.isclose(results["score"], float(re.search(r"([\d.]+) of [\d.]+ points", page).group(1)))
+
+
+def test_a_pending_draft_is_counted_as_pending_not_as_failed(tmp_path):
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "d.yaml").write_text(CASES.split("  - id: elided")[0] + """\
+      - id: later
+        pending: the computation is not written yet
+        expect:
+          out: tensor([1., 1.])
+""", encoding="utf-8")
+    out = tmp_path / "report.html"
+    main(["check", "--cases", str(folder), "--device", "cpu", "--html", str(out)])
+    page = out.read_text(encoding="utf-8")
+    assert '<th class="n">passed</th><th class="n">failed</th><th class="n">pending</th>' in page
+    row = re.search(r"<tr class=bad><td>d</td><td>.*?</td><td class=\"n\">(\d+)</td><td class=\"n\">(\d+)</td>"
+                    r"<td class=\"n\">(\d+)</td>", page)
+    assert row and row.groups() == ("1", "1", "1")  # fine passed, scores failed, later waits
+    assert "1 check passed, 2 did not (1 of them pending: drafts, not yet checked)." in page
+    assert 'data-status="pending"' in page

@@ -10,7 +10,7 @@ are not kept.
 import html
 from dataclasses import dataclass
 
-from attention_core.harness.results import render
+from attention_core.harness.results import Status, render
 from attention_core.harness.text import points
 from attention_core.report.figures import MAX_CHECKS, Drawings
 
@@ -69,10 +69,12 @@ class Page:
     def add(self, one):
         """Count ``one`` (an :class:`Entry`) in the summaries and render it."""
         passed = one.result.passed
+        column = "passed" if passed else "pending" if one.result.status is Status.PENDING else "failed"
         self.graded |= one.max_score is not None
         for table, key, label in ((self.documents, one.document, one.title), (self.functions, one.function, "")):
-            row = table.setdefault(key, {"label": label, "passed": 0, "failed": 0, "score": 0.0, "max": 0.0})
-            row["passed" if passed else "failed"] += 1
+            row = table.setdefault(key, {"label": label, "passed": 0, "failed": 0, "pending": 0, "score": 0.0,
+                                         "max": 0.0})
+            row[column] += 1
             row["score"] += one.score or 0.0
             row["max"] += one.max_score or 0.0
         where = f" — {one.title}, {one.source}" if one.source else f" — {one.title}" if one.title else ""
@@ -99,7 +101,8 @@ class Page:
                  f'<link rel="icon" href="data:,"><title>{_e(self.title)}</title><style>{STYLE}</style></head><body>',
                  f"<h1>{_e(self.title)}</h1>",
                  f'<p class="meta">{_e(self.subtitle)}</p>' if self.subtitle else "",
-                 f'<p class="meta">{_checks(counts["passed"])} passed, {counts["failed"]} did not.</p>']
+                 f'<p class="meta">{_checks(counts["passed"])} passed, {counts["failed"]} did not'
+                 f'{_pending(self.documents)}.</p>']
         parts += [f'<p class="meta">{_e(note)}</p>' for note in self.notes]
         parts.append("<h2>By document</h2>" + self._table(self.documents, ("document", "title")))
         parts.append("<h2>By spec function</h2>" + self._table(self.functions, ("function",)))
@@ -116,15 +119,22 @@ class Page:
 
     def _table(self, rows, heads):
         points_head = ['<th class="n">points</th>'] if self.graded else []
-        head = "".join(f"<th>{h}</th>" for h in heads) + '<th class="n">passed</th><th class="n">failed</th>'
+        columns = ("passed", "failed", "pending") if any(row["pending"] for row in rows.values()) else ("passed", "failed")
+        head = "".join(f"<th>{h}</th>" for h in heads) + "".join(f'<th class="n">{c}</th>' for c in columns)
         body = []
         for key, row in rows.items():
             cells = [f"<td>{_e(key)}</td>"] + ([f"<td>{_e(row['label'])}</td>"] if len(heads) > 1 else [])
-            cells += [f'<td class="n">{row["passed"]}</td>', f'<td class="n">{row["failed"]}</td>']
+            cells += [f'<td class="n">{row[c]}</td>' for c in columns]
             if self.graded:
                 cells.append(f'<td class="n">{points(row["score"])} / {points(row["max"])}</td>')
             body.append(f'<tr{" class=bad" if row["failed"] else ""}>{"".join(cells)}</tr>')
         return f"<table><tr>{head}{''.join(points_head)}</tr>{''.join(body)}</table>"
+
+
+def _pending(rows):
+    """`` (N of them pending)``: drafts that do not fail, only wait; nothing where none is."""
+    count = sum(row["pending"] for row in rows.values())
+    return f" ({count} of them pending: drafts, not yet checked)" if count else ""
 
 
 def submission_page(graded, *, drawings=None):
