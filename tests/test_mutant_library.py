@@ -2,7 +2,10 @@
 
 import ast
 import functools
+import gc
 import inspect
+import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -241,3 +244,18 @@ def test_on_a_large_check_a_mutant_unlike_the_student_on_the_first_batch_entry_i
     assert len(first) == len(relevant("attention")) - sum(m.breaks != "values" for m in relevant("attention"))
     # Run on the whole: the match, and those the first batch entry could not tell apart from it.
     assert name in whole and len(whole) <= 3, sorted(whole)
+
+
+def test_a_diagnosis_keeps_nothing_of_a_result_once_the_grader_drops_it():
+    no_scale = next(m for m in MUTANTS if m.name == "no_scale")
+    functions = {**runner.REFERENCE, **no_scale.functions}
+    item = next(i for i in GRADED if i.check.function == "attention" and not runner.run(i, functions=functions).passed)
+    grade = SimpleNamespace(item=item, result=runner.run(item, functions=functions), check_id=item.id, diagnosis="")
+    diagnoser = diagnose.Diagnoser()  # lives for the whole batch
+    diagnoser.explain(SimpleNamespace(grades=[grade]))
+    assert no_scale.mistake in grade.diagnosis
+    kept = weakref.ref(grade.result)
+    del grade
+    gc.collect()
+    assert kept() is None, "over a batch, every failed result (a large check's outputs) would be held"
+    assert diagnoser.library  # the diagnoser outlives the result

@@ -45,6 +45,18 @@ def test_judging_given_results_gives_what_running_the_check_gives():
                for i in GRADED if i.check.function == "attention")
 
 
+def test_results_whose_structure_already_fails_come_back_as_that_failure_not_as_values():
+    def output_only(q, k, v, mask=None, scale=None):
+        return reference.attention(q, k, v, mask, scale=scale)[0]  # the spec returns (output, weights)
+
+    item = next(i for i in GRADED if i.check.function == "attention")
+    given, ran = runner.outputs(item, functions={"attention": output_only}), runner.run(item, functions={
+        "attention": output_only})
+    assert not isinstance(given, dict) and not ran.passed
+    assert (given.status, [f.render() for f in given.failures]) == (ran.status, [f.render() for f in ran.failures])
+    assert any("must return 2 values (output, weights)" in f.render() for f in given.failures)
+
+
 def test_nested_spec_calls_are_evaluated_with_the_reference():
     item = next(i for i in GRADED if "causal_mask(8)" in i.check.expr.source and i.check.function == "softmax")
     result = runner.run(item, functions={"softmax": reference.softmax})

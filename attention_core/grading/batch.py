@@ -41,10 +41,13 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
         else:
             scores = []
             with Grader(cases, **options) as grader:
-                _settled()
-                for path, name in zip(paths, names):
-                    scores.append(_grade_and_write(grader, path, name, out))
-                    bar.update()
+                _freeze()  # this may be the caller's own process: undone below, and malloc left alone
+                try:
+                    for path, name in zip(paths, names):
+                        scores.append(_grade_and_write(grader, path, name, out))
+                        bar.update()
+                finally:
+                    gc.unfreeze()
     gradescope.write_gradebook(scores, out / "gradebook.csv")
     width = max(len(n) for n in names)
     for one in scores:
@@ -85,16 +88,19 @@ def _grade_and_write(grader, path, name, out):
                   [Score(g.check_id, g.score) for g in graded.grades])
 
 
-def _settled():
-    """Set this grader process up for a long batch.
-
-    What the grader holds for the whole batch (torch, the cases, their inputs) is left out of the
-    collector's full passes, each of which would otherwise walk every one of those objects again.
-    Large temporaries (a failed comparison of millions of elements, in float64) reuse the memory
-    the last ones freed rather than fresh pages from the system each time (glibc's malloc only).
-    """
+def _freeze():
+    """What the grader holds for the whole batch (torch, the cases, their inputs) left out of the
+    collector's full passes, each of which would otherwise walk every one of those objects again."""
     gc.collect()
     gc.freeze()
+
+
+def _settled():
+    """Set a grader process of its own up for a long batch: frozen (see :func:`_freeze`), and large
+    temporaries (a failed comparison of millions of elements, in float64) reuse the memory the last
+    ones freed rather than fresh pages from the system each time (glibc's malloc only).
+    """
+    _freeze()
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc

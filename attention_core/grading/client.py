@@ -38,6 +38,7 @@ WORKER = Path(__file__).with_name("worker.py")
 KEPT_ENVIRONMENT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
 ANSWERS_KEPT = 1 << 16  # bytes of a request up to which a submission's answer is kept for the same request
 REPLIES_KEPT = 1 << 16  # bytes of a reply up to which identical replies are decoded once per worker
+FIRST_READ = 1 << 16  # bytes a reply is first read into, before its header gives its size
 REPLIES_BUDGET = 64 << 20  # bytes of such replies one worker keeps
 
 
@@ -378,7 +379,7 @@ class Submission:
         """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None)."""
         output = Output(self._worker.output_limit)
         deadline = time.monotonic() + timeout
-        pending, buf, got, need = memoryview(data), bytearray(REPLIES_KEPT), 0, None
+        pending, buf, got, need = memoryview(data), bytearray(FIRST_READ), 0, None
         if pending:  # a small request fits the socket's buffer: send it before the first poll
             pending = self._send(pending)
         poller = select.poll()

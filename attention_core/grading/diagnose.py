@@ -9,6 +9,7 @@ there already disagree with the student's is not run on the whole.
 """
 
 import warnings
+import weakref
 
 import torch
 
@@ -28,7 +29,8 @@ class Diagnoser:
         self._first = _FirstEntry(self.preparation)  # large checks' arguments cut to their first batch entry
         self._results = {}  # (check, mutant, preparation) -> the mutant's named results
         self._verdicts = {}  # (check, mutant) -> those results judged against the expectations
-        self._found = {}  # id(result) -> (result, the mutants it matched): a Result graded again is not diagnosed again
+        self._found = {}  # id(result) -> the mutants it matched, while that Result lives (the grader shares it)
+        self._large = {}  # check -> whether it is large (an argument over LARGE elements)
 
     def explain(self, graded):
         """Fill ``diagnosis`` on every failed grade of a graded submission."""
@@ -38,9 +40,11 @@ class Diagnoser:
             if grade.check_id.endswith("/backward"):
                 grade.diagnosis = self._backward(grade.item, grade.result)
             else:
-                if id(grade.result) not in self._found:
-                    self._found[id(grade.result)] = (grade.result, self.candidates(grade.item, grade.result))
-                found = self._found[id(grade.result)][1]
+                key = id(grade.result)
+                if key not in self._found:  # a Result the grader shared between submissions: diagnosed once
+                    self._found[key] = self.candidates(grade.item, grade.result)
+                    weakref.finalize(grade.result, self._found.pop, key, None)
+                found = self._found[key]
                 grade.diagnosis = "\n".join(f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in found)
 
     def candidates(self, item, result):
@@ -54,8 +58,9 @@ class Diagnoser:
             if self._ruled_out(item, mutant, result):
                 continue
             theirs = self._mutant_run(item, mutant)
-            if isinstance(theirs, dict):  # it returned: a mistake that gives the student's values, and fails
-                if result.status is Status.FAILED and _agree(result.outputs, theirs, item) and \
+            if isinstance(theirs, dict) or theirs.status is Status.FAILED:  # it returned: does it give the
+                values = theirs if isinstance(theirs, dict) else theirs.outputs  # student's values, and fail?
+                if result.status is Status.FAILED and _agree(result.outputs, values, item) and \
                         not self._judged(item, mutant, theirs).passed:
                     found.append(mutant)
             elif _raised(result) and _raised(theirs):  # fails the way the mutant fails: it raises here
@@ -74,7 +79,10 @@ class Diagnoser:
         return self._results[key]
 
     def _judged(self, item, mutant, theirs):
-        """The mutant's results ``theirs`` on ``item`` compared with the expectations, once per check and batch."""
+        """The mutant's results ``theirs`` on ``item`` compared with the expectations, once per check and batch
+        (a Result where its run already failed on the results' structure or dtype)."""
+        if not isinstance(theirs, dict):
+            return theirs
         key = (item, mutant.name)
         if key not in self._verdicts:
             self._verdicts[key] = runner.judged(item, theirs, preparation=self.preparation)
@@ -86,7 +94,9 @@ class Diagnoser:
         there. Only such a clear difference rules a mutant out (its full run is then not needed);
         anything else leaves the question to the full run.
         """
-        if not self._first.cuts(item):
+        if item not in self._large:
+            self._large[item] = self._first.cuts(item)
+        if not self._large[item]:
             return False
         theirs = self._mutant_run(item, mutant, self._first)
         if not isinstance(theirs, dict):

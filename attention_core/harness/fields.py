@@ -183,8 +183,8 @@ def literal(value):
         raise FieldError(f"a literal of {count} elements; the limit is {MAX_LITERAL} "
                          f"(draw large tensors from a seed instead)")
     flat = _flat(value, shape)
-    kinds = set(map(type, flat)) if flat is not None else {list}
-    if any(issubclass(k, list) for k in kinds):
+    kinds = set(map(type, flat or ()))
+    if flat is None or any(issubclass(k, list) for k in kinds):
         raise FieldError(_ragged(value, shape, ()))
     if kinds == {bool}:
         return torch.tensor(value, dtype=torch.bool)

@@ -95,10 +95,7 @@ def _allowed(cls):
 
 def _check_keys(cls, data):
     allowed = _allowed(cls)
-    if allowed.issuperset(data):
-        unknown = ()
-    else:
-        unknown = [k for k in data if k not in allowed]
+    unknown = [] if allowed.issuperset(data) else [k for k in data if k not in allowed]
     if unknown:
         raise _error("unknown_key", f"unknown key {quote(unknown[0])} in {cls.what}; expected one of "
                                     f"{', '.join(sorted(allowed))}{_hint(unknown)}", key=unknown[0])

@@ -142,7 +142,8 @@ def run(item, *, functions=None, device="cpu", preparation=None):
 
 def outputs(item, *, functions=None, device="cpu", preparation=None):
     """The check's named results from ``functions``, compared with nothing; a :class:`Result` instead
-    where the run stopped before them (the call raised, was not implemented, …)."""
+    where the run stopped before them (the call raised, was not implemented, …) or their structure
+    or dtype already failed the check."""
     return _guarded(item, functions, device, preparation, judge=False)
 
 
@@ -192,7 +193,7 @@ def _run(item, functions, device, header, preparation, judge):
         arguments = _prepared_arguments(item, device, preparation) if isinstance(check, CallCheck) else None
         outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
         values = _targets(check, scope, outputs, device, case.dtype, failures)
-        if not judge:
+        if not judge and not failures:  # a results' structure or dtype already failed: the Result says so
             return values
     failures += _failures(item, values, device, preparation.oracles(item))
     if check.erratum is not None and not failures:

@@ -167,17 +167,10 @@ class _Builder:
     def sequence(self, event, depth):
         mark = event.start_mark
         result, size = Seq(mark.line + 1, mark.column + 1), 1
-        get, scalar, loader, places, depth = self.loader.get_event, self.scalar, self.loader, result.places, depth + 1
+        get, loader, places, depth = self.loader.get_event, self.loader, result.places, depth + 1
         while True:
             item = get()
-            kind = type(item)
-            if kind is _SCALAR and item.anchor is None:  # most items: read here, without the general step
-                result.append(scalar(item))
-                mark = item.start_mark
-                places.append((mark.line + 1, mark.column + 1) if not item.style else _content_at(loader, item))
-                size += 1
-                continue
-            if kind is _SEQUENCE_END:
+            if type(item) is _SEQUENCE_END:
                 return result, size
             value, n = self.value(item, depth)
             result.append(value)
@@ -187,7 +180,7 @@ class _Builder:
     def mapping(self, event, depth):
         mark = event.start_mark
         result, size, merged = Map(mark.line + 1, mark.column + 1), 1, []
-        get, scalar, loader, places, depth = self.loader.get_event, self.scalar, self.loader, result.places, depth + 1
+        get, loader, places, depth = self.loader.get_event, self.loader, result.places, depth + 1
         while True:
             key_event = get()
             kind = type(key_event)
@@ -197,17 +190,9 @@ class _Builder:
                 raise _at(key_event, "a mapping key must be a plain word")
             is_merge = kind is _SCALAR and key_event.value == "<<" and key_event.tag is None \
                 and loader.resolve(yaml.ScalarNode, "<<", key_event.implicit) == _MERGE
-            if is_merge:
-                key, n = None, 1
-            elif kind is _SCALAR and key_event.anchor is None:
-                key, n = scalar(key_event), 1
-            else:
-                key, n = self.value(key_event, depth)
+            key, n = (None, 1) if is_merge else self.value(key_event, depth)
             value_event = get()
-            if type(value_event) is _SCALAR and value_event.anchor is None:
-                value, m = scalar(value_event), 1
-            else:
-                value, m = self.value(value_event, depth)
+            value, m = self.value(value_event, depth)
             size += n + m
             if is_merge:
                 merged += _merged(value, value_event)
@@ -217,9 +202,7 @@ class _Builder:
             if key in result:  # merged pairs join after the mapping's own
                 raise _at(key_event, f"duplicate key {shorten(key)!r}")
             result[key] = value
-            mark = key_event.start_mark
-            places[key] = ((mark.line + 1, mark.column + 1) if kind is _SCALAR and not key_event.style
-                           else _content_at(loader, key_event)) + _content_at(loader, value_event)
+            places[key] = _content_at(loader, key_event) + _content_at(loader, value_event)
         _merge(result, merged)
         return result, size
 

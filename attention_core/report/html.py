@@ -132,7 +132,7 @@ class Page:
 
 
 def _pending(rows):
-    """`` (N of them pending)``: drafts that do not fail, only wait; nothing where none is."""
+    """`` (N of them pending: ...)``: drafts do not fail, they wait; nothing where no check is pending."""
     count = sum(row["pending"] for row in rows.values())
     return f" ({count} of them pending: drafts, not yet checked)" if count else ""
 
