@@ -163,6 +163,20 @@ def test_a_large_expected_tensor_compared_again_after_it_changed_in_place_is_com
     assert compare.compare_full(actual, expected, rtol=0.0, atol=2.0) is None
 
 
+def test_a_large_comparison_taken_block_by_block_finds_a_mismatch_in_its_last_block_alone():
+    n = 3 * compare.BLOCK + 5  # blocks, and a short last one
+    expected = torch.rand(n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for where in (0, compare.BLOCK, n - 1):
+        actual = expected.clone()
+        actual[where] += 1e-3
+        mismatch = compare.compare_values(actual, expected, 1e-6, (n,))
+        assert mismatch.index == (where,) and "Mismatched elements: 1 / " in mismatch.message
+        assert compare.compare_full(actual.float(), expected).index == (where,)  # the bounds' pass too
+    assert compare.compare_values(expected + 5e-7, expected, 1e-6, (n,)) is None
+    assert compare.every(lambda a, b: a == b, torch.zeros(n), torch.tensor(0.0))
+    assert not compare.every(lambda a: a == 0, torch.zeros(n).index_fill(0, torch.tensor([n - 1]), 1.0))
+
+
 def test_the_cli_shows_each_failure_in_full_without_v_and_lists_only_errata_that_held(tmp_path, capsys):
     (tmp_path / "e.yaml").write_text(
         "document: {title: E}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n    checks:\n"

@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from attention_core.grading import mutants, wire
-from attention_core.harness import runner, tolerance
+from attention_core.harness import compare, runner, tolerance
 from attention_core.harness.results import Status
 
 SAMPLE = 4096  # elements of a large result compared first
@@ -187,13 +187,13 @@ def _agree(ours, theirs, item):
             continue
         a, b = a.detach().reshape(-1), b.detach().reshape(-1)
         step = a.numel() // SAMPLE
-        if step > 1 and not _close(a[::step].double(), b[::step].double(), rtol, atol):
+        if step > 1 and not _close(a[::step], b[::step], rtol, atol):
             return False  # an evenly spread sample settles most disagreements at a fraction of the cost
-        if not _close(a.double(), b.double(), rtol, atol):
+        if not _close(a, b, rtol, atol):
             return False
     return True
 
 
 def _close(a, b, rtol, atol):
-    """Element-wise |a - b| <= atol + rtol |b|, NaN matching NaN and an infinity only itself (no report)."""
-    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True).all())
+    """Element-wise in float64 |a - b| <= atol + rtol |b|, NaN matching NaN and an infinity only itself (no report)."""
+    return compare.every(lambda x, y: torch.isclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True), a, b)
