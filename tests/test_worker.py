@@ -248,6 +248,34 @@ def test_a_shared_argument_kept_by_one_call_and_changed_in_a_later_one_reaches_t
     assert first.mutated == () and again.mutated == ()
 
 
+def test_a_shared_tensor_tells_its_untouched_view_from_a_written_one_by_the_pages_written():
+    kept = wire.Shared(torch.arange(70_000, dtype=torch.float32), "t")
+    view = kept.fresh()
+    assert kept.unwritten(view)  # mapped, not yet read
+    assert float(view.sum()) > 0 and kept.unwritten(view)  # read: the file's own pages
+    view[-1] = 5.0
+    assert not kept.unwritten(view)  # one page copied on write
+    view = kept.fresh()
+    assert kept.unwritten(view) and float(view[-1]) == 69_999.0  # the write forgotten
+    assert not kept.unwritten(view[1:]) and not kept.unwritten(view.clone()) and not kept.unwritten(view.view(10, -1))
+    view.mul_(1.0)
+    assert not kept.unwritten(view)  # written, with the same values: left to the comparison
+
+
+def test_a_shared_argument_is_reported_changed_by_its_values_not_by_the_pages_written(tmp_path):
+    big = torch.arange(70_000, dtype=torch.float32)
+    path = tmp_path / "sub.py"
+    path.write_text("def softmax(x, dim=-1):\n    x.mul_(1.0)\n    return x.clone()\n"
+                    "def causal_average(x):\n    x[-1] += 1\n    return x.clone()\n"
+                    "def layer_norm(x, eps=1e-5):\n    return x * 2\n")
+    with Worker(budget=30.0) as w:
+        w.share([big])
+        with w.open(path) as s:
+            rewritten, changed, read = (s.call(name, (big,)) for name in ("softmax", "causal_average", "layer_norm"))
+    assert rewritten.mutated == () and changed.mutated == (0,) and read.mutated == ()
+    assert torch.equal(read.value, big * 2)
+
+
 def test_a_shared_argument_given_twice_in_one_call_arrives_as_two_tensors(tmp_path):
     big = torch.arange(70_000, dtype=torch.float32)
     path = tmp_path / "sub.py"

@@ -146,7 +146,7 @@ class Shared:
     def __init__(self, tensor, name):
         tensor = tensor.contiguous()
         self.dtype, self.shape = tensor.dtype, tuple(tensor.shape)
-        self._private = None
+        self._private = self._address = None
         if not hasattr(os, "memfd_create"):  # not Linux: each call gets a copy
             self.original = tensor.clone()
             return
@@ -174,7 +174,35 @@ class Shared:
         if self._private is None:
             return self.original.clone()
         self._private.madvise(mmap.MADV_DONTNEED)  # an earlier call's writes, if any, are forgotten
-        return self._view(self._private)
+        view = self._view(self._private)
+        self._address = view.data_ptr()
+        return view
+
+    def unwritten(self, tensor):
+        """Whether ``tensor`` is still a view that :meth:`fresh` made, over every byte, none of which a
+        write has reached since: then it holds the original's values without comparing them.
+
+        Told by Linux's ``/proc/self/pagemap``: a written page of a private mapping of the (sealed)
+        file is an anonymous copy (present and not a file page, or swapped out); an unwritten one is
+        the file's own page or not mapped yet. False wherever that cannot be told.
+        """
+        if self._private is None or type(tensor) is not torch.Tensor or tensor.data_ptr() != self._address \
+                or tensor.dtype != self.dtype or tuple(tensor.shape) != self.shape or not tensor.is_contiguous():
+            return False
+        size = len(self._private)
+        first, last = self._address // mmap.PAGESIZE, (self._address + size - 1) // mmap.PAGESIZE
+        try:
+            fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                entries = os.pread(fd, (last - first + 1) * 8, first * 8)
+            finally:
+                os.close(fd)
+        except OSError:
+            return False
+        if len(entries) != (last - first + 1) * 8:
+            return False
+        e = torch.frombuffer(bytearray(entries), dtype=torch.int64)  # bit 63 present, 62 swapped, 61 file page
+        return not bool((((e < 0) & ((e >> 61) & 1 == 0)) | ((e >> 62) & 1 == 1)).any())
 
 
 def send_parts(sock, parts, batch=256):

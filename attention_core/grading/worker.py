@@ -289,7 +289,7 @@ class Child:
     def __init__(self, request, wire, torch, shared):
         self.wire, self.torch = wire, torch
         self.shared = shared  # name -> a tensor the server kept (inherited): calls get copies
-        self.copies = {}  # id(copy) -> its original, for the current call
+        self.copies = {}  # id(copy) -> the wire.Shared it is a copy of, for the current call
         self.root = request["root"]
         self.module = None
         sys.path.insert(0, self.root)
@@ -318,9 +318,9 @@ class Child:
         if kept is None:
             return None
         # The same tensor twice in one call (attention(x, x, x)) arrives as separate tensors, as inline ones do.
-        again = any(original is kept.original for original in self.copies.values())
+        again = any(known is kept for known in self.copies.values())
         copy = kept.original.clone() if again else kept.fresh()
-        self.copies[id(copy)] = kept.original
+        self.copies[id(copy)] = kept
         return copy
 
     def lookup(self, name):
@@ -352,7 +352,7 @@ class Child:
                 # by autograd (and reported in ``mutated``) rather than refused.
                 set_arg(args, kwargs, label, leaves[label].clone())
         before = [(label, t, originals[label] if label in originals else t.detach().clone())
-                  for label, t in self.tensors(args, kwargs)]
+                  for label, t in self.tensors(args, kwargs)]  # each old value a copy, or the wire.Shared
         try:
             with torch.enable_grad():
                 value = fn(*args, **kwargs)
@@ -400,6 +400,10 @@ class Child:
         """The labels of the tensor arguments whose shape, dtype or values the call changed."""
         changed = []
         for label, t, old in before:
+            if isinstance(old, self.wire.Shared):
+                if old.unwritten(t):
+                    continue  # no page of its bytes written: no need to read them all
+                old = old.original
             try:
                 new = self.wire.plain_tensor(t)
                 same = new.shape == old.shape and new.dtype == old.dtype and (self.torch.equal(new, old) or bool(
