@@ -55,10 +55,10 @@ class Opaque:
 
 
 def plain_tensor(t):
-    """A plain, detached, contiguous CPU copy of ``t`` that no subclass code can touch afterwards."""
-    if (type(t) is torch.Tensor and t.device.type == "cpu" and t.is_contiguous() and not t.requires_grad
-            and not t.is_conj() and not t.is_neg()):
-        return t  # already what the copy would be: its bytes are read straight from memory
+    """``t``'s values as a plain, detached, contiguous CPU tensor that no subclass code can touch afterwards:
+    ``t`` itself (or its detached view) where it already is one, else a copy."""
+    if type(t) is torch.Tensor and t.device.type == "cpu" and t.is_contiguous() and not t.is_conj() and not t.is_neg():
+        return t.detach() if t.requires_grad else t  # already what the copy would be: its bytes are read in place
     t = torch.Tensor.as_subclass(t, torch.Tensor)  # torch_function ignores as_subclass: no subclass code runs
     return t.detach().cpu().resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
 
