@@ -342,7 +342,8 @@ class Child:
         fn = self.lookup(name)
         if not callable(fn):
             return {"status": "not implemented", "message": f"the submission defines no function {name}"}
-        # A shared argument's untouched original is the mutation check's reference: no copy to make.
+        # The mutation check's old values: a shared argument's untouched original (the wire.Shared), a
+        # gradient's leaf (the call gets a copy of it), else a copy: each made once, before the call.
         originals = {label: self.copies[id(t)] for label, t in self.tensors(args, kwargs) if id(t) in self.copies}
         leaves = {}
         if seed is not None:
@@ -351,8 +352,9 @@ class Child:
                 # A non-leaf view of the leaf, so that an in-place change inside the call is recorded
                 # by autograd (and reported in ``mutated``) rather than refused.
                 set_arg(args, kwargs, label, leaves[label].clone())
+                originals.setdefault(label, leaves[label].detach())
         before = [(label, t, originals[label] if label in originals else t.detach().clone())
-                  for label, t in self.tensors(args, kwargs)]  # each old value a copy, or the wire.Shared
+                  for label, t in self.tensors(args, kwargs)]
         try:
             with torch.enable_grad():
                 value = fn(*args, **kwargs)
