@@ -602,3 +602,66 @@ def test_when_the_server_dies_the_submission_and_what_it_started_die_too(tmp_pat
         time.sleep(0.02)
     assert not host_pids(marker)
     w.close()
+
+
+AHEAD = """
+import os, sys, time
+import torch
+
+def softmax(x, dim=-1):
+    print("softmax", float(x.detach().sum()))
+    return x * 2
+
+def causal_average(x):
+    print("causal_average")
+    return x + 1
+
+def layer_norm(x, eps=1e-5):
+    if float(x.sum()) < 0:
+        time.sleep(30)
+    if float(x.sum()) == 0:
+        os._exit(3)
+    print("layer_norm")
+    return x - 1
+"""
+
+
+def test_a_call_said_to_come_next_is_sent_with_the_last_reply_and_answers_as_itself(submit):
+    s = submit(AHEAD)
+    x, y = torch.ones(3), torch.zeros(2)
+    s.ahead("softmax", (x,))
+    first = s.call("causal_average", (y,))
+    assert s._ahead is not None  # the request is with the process while the caller looks at the reply
+    said = s.call("softmax", (x,))
+    assert s._ahead is None
+    assert torch.equal(first.value, y + 1) and first.output == "causal_average\n"
+    assert torch.equal(said.value, x * 2) and said.output == "softmax 3.0\n"
+
+
+def test_a_different_call_made_first_waits_for_the_call_said_and_keeps_its_answer(submit):
+    s = submit(AHEAD)
+    x = torch.ones(3)
+    s.ahead("softmax", (x,), projection_seed=0)
+    s.call("causal_average", (x,))
+    s.ahead("causal_average", (x + 5,))  # said next now: sent with the next reply read for a call made
+    other = s.call("layer_norm", (x,))  # not the call said: that one's reply is read first and kept
+    said = s.call_grad("softmax", (x,), projection_seed=0)
+    assert torch.equal(other.value, x - 1) and other.output == "layer_norm\n"
+    assert torch.equal(s.call("causal_average", (x + 5,)).value, x + 6)
+    assert torch.equal(said.value, x * 2) and said.output == "softmax 3.0\n" and said.grads[0][1] is not None
+
+
+def test_a_call_sent_ahead_that_hangs_or_dies_fails_as_itself_and_the_others_go_on(submit):
+    s = submit(AHEAD)
+    x = torch.ones(3)
+    for bad, status in ((-x, "timeout"), (torch.zeros(3), "crashed")):
+        s.ahead("layer_norm", (bad,))
+        s.call("causal_average", (x,), timeout=1.0)
+        other = s.call("softmax", (x,), timeout=1.0)  # made first: it waits out the call said
+        said = s.call("layer_norm", (bad,), timeout=1.0)
+        assert other.status == "ok" and torch.equal(other.value, x * 2) and other.output == "softmax 3.0\n"
+        assert said.status == status, said
+        assert s.call("causal_average", (x,)).status == "ok"  # a fresh process
+    s.ahead("layer_norm", (-x,))
+    s.call("causal_average", (-x,), timeout=1.0)
+    assert s.call("layer_norm", (-x,), timeout=0.5).status == "timeout"  # its limit counts from the sending

@@ -217,6 +217,9 @@ class Submission:
         self._sock = self._out = self._pid = None
         self._closed = False
         self._answered = {}  # a small request's bytes -> the outcome of the call that returned for it
+        self._next = None  # the request said to come next (ahead()), not sent yet
+        self._ahead = None  # (request, when it was sent, its bytes not yet sent): its reply not yet read
+        self._early = {}  # a request sent ahead -> its outcome, read before the call was made (another came first)
         self._spawn()
         start = time.monotonic()
         hello, output, problem = self._hello(worker.import_timeout)
@@ -262,6 +265,20 @@ class Submission:
         """
         return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep, reuse)
 
+    def ahead(self, name, args=(), kwargs=None, *, projection_seed=None, keep=None, reuse=None):
+        """Say which call comes next (as :meth:`call`, or :meth:`call_grad` with a ``projection_seed``).
+
+        Its request is sent the moment the current call's reply has been read, so the process
+        computes it while the caller judges that reply; the call itself, when made, reads its reply
+        (its time limit counts from the sending). A different call made first waits for that reply
+        and keeps it for when the call said is made. Nothing is sent for a submission that did not
+        import, a function it lacks, or a call answered before.
+        """
+        self._next = None
+        if self.status == OK and name in self.names and not self._closed:
+            seed = None if projection_seed is None else int(projection_seed)
+            self._next = self._request_bytes(name, args, kwargs or {}, seed, keep, reuse)
+
     def close(self):
         """Kill the child's process group and collect it. Calls after this raise ValueError."""
         self._closed = True
@@ -279,13 +296,19 @@ class Submission:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")
         if name not in self.names:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission defines no function {name}")
-        if self.budget_left <= 0:
-            return self._spent_outcome()
-        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
-                   "keep": None if keep is None else [int(i) for i in keep]}
-        data = self._worker._encoded(request, self._shared, reuse)
+        data = self._request_bytes(name, args, kwargs, seed, keep, reuse)
+        if data in self._early:  # sent ahead, and read while another call was made: its time is spent already
+            return self._early.pop(data)
         if len(data) <= ANSWERS_KEPT and data in self._answered:  # the same call again: made once, for both checks
             return self._answered[data]
+        if self._ahead is not None:
+            sent, start, pending = self._ahead
+            self._ahead = None
+            if sent == data:  # this call, sent ahead
+                return self._finish(data, start, pending, timeout)
+            self._early[sent] = self._finish(sent, start, pending, timeout, ahead=False)  # its reply first
+        if self.budget_left <= 0:
+            return self._spent_outcome()
         if self._pid is None:
             self._spawn()
         if not self._ready:  # a replacement still importing: its own time limit, not the call's
@@ -298,9 +321,21 @@ class Submission:
             self._spent += time.monotonic() - start
             if self.budget_left <= 0:
                 return self._spent_outcome()
-        start = time.monotonic()
+        return self._finish(data, time.monotonic(), memoryview(data), timeout)
+
+    def _request_bytes(self, name, args, kwargs, seed, keep, reuse):
+        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
+                   "keep": None if keep is None else [int(i) for i in keep]}
+        return self._worker._encoded(request, self._shared, reuse)
+
+    def _finish(self, data, start, pending, timeout, ahead=True):
+        """The call whose request ``data`` was (or starts being) sent at ``start``, ``pending`` its bytes not
+        sent yet: its reply read within its limit, its outcome. Then (``ahead``) the request said to come
+        next is sent, unless it is this one again (answered from this outcome, where it returned)."""
         limit = min(timeout, self.budget_left)
-        raw, output, problem = self._exchange(data, limit - (time.monotonic() - start))
+        raw, output, problem = self._exchange(pending, limit - (time.monotonic() - start))
+        if problem is None and ahead and self._next != data:
+            self._send_ahead()
         outcome = self._outcome(raw, problem, limit)
         outcome.output = output.text()
         if outcome.status in (TIMEOUT, CRASHED):
@@ -308,6 +343,13 @@ class Submission:
         elif outcome.status == OK and len(data) <= ANSWERS_KEPT:
             self._answered[data] = outcome
         return self._spend(start, outcome)
+
+    def _send_ahead(self):
+        data, self._next = self._next, None
+        if data is None or data in self._early or (len(data) <= ANSWERS_KEPT and data in self._answered) \
+                or self.budget_left <= 0:
+            return
+        self._ahead = (data, time.monotonic(), self._send(memoryview(data)))
 
     def _spent_outcome(self):
         return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent")
@@ -380,7 +422,7 @@ class Submission:
         output = Output(self._worker.output_limit)
         deadline = time.monotonic() + timeout
         pending, buf, got, need = memoryview(data), bytearray(FIRST_READ), 0, None
-        if pending:  # a small request fits the socket's buffer: send it before the first poll
+        if pending:  # a small request fits the socket's buffer: send it before the first poll (one sent ahead is)
             pending = self._send(pending)
         poller = select.poll()
         poller.register(self._out, select.POLLIN)
@@ -448,6 +490,6 @@ class Submission:
                         pass
             self._sock.close()
             os.close(self._out)
-            self._sock = self._out = self._pid = None
+            self._sock = self._out = self._pid = self._ahead = self._next = None  # sent ahead: lost with it
             shutil.rmtree(self._scratch, ignore_errors=True)
         return status

@@ -130,6 +130,12 @@ class RemoteFunctions:
             outcome = self.submission.call(name, args, kwargs, timeout=self.timeout, keep=self.keep, reuse=reuse)
         return outcome
 
+    def ahead(self, name, args, kwargs, *, keep, reuse):
+        """Say that ``name`` is called next (as :meth:`fetch` would call it, with ``keep``)."""
+        grad = self.gradients and _differentiable(args, kwargs)
+        self.submission.ahead(name, args, kwargs, projection_seed=PROJECTION_SEED if grad else None, keep=keep,
+                              reuse=reuse)
+
     def value(self, name, outcome):
         """The outcome's value, or the CallFailed that says why there is none."""
         details = "\n".join(outcome.traceback) + (f"\noutput:\n{outcome.output}" if outcome.output else "")
@@ -196,7 +202,9 @@ class Grader:
                 graded.protections = submission.protections
                 printed = f"Printed at import:\n{submission.output}" if submission.output else ""
                 graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem, printed]))
-            for item in self.items:
+            for item, following in zip(self.items, [*self.items[1:], None]):
+                if following is not None and functions is not None and submission.status == replies.OK:
+                    self._say_next(following, functions)
                 graded.grades += self._grade_item(item, submission, functions, problem)
         finally:
             if submission is not None:
@@ -244,6 +252,17 @@ class Grader:
             score = self.gradient_points if backward.passed else 0.0
             grades.append(Grade(backward.check_id, item, backward, score, self.gradient_points, visibility, source))
         return grades
+
+    def _say_next(self, item, functions):
+        """Tell the submission the call ``item`` will make (it computes it while this one is judged)."""
+        if item.error is not None:
+            return
+        try:
+            name, args, kwargs = self.preparation.arguments(item, "cpu")
+        except Exception:  # noqa: BLE001 (a case mistake: the check reports it)
+            return
+        if name not in functions.timed_out:
+            functions.ahead(name, args, kwargs, keep=_read_results(item.check), reuse=item)
 
     def _value_result(self, item, functions):
         """The check run with the submission's functions. Its call is made first: a reply this batch
