@@ -1,5 +1,6 @@
 """The grading worker: submissions run in forked children and every outcome comes back as data."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -213,17 +214,24 @@ def test_an_in_place_change_of_an_argument_is_reported(submit):
     assert s.call_grad("attention", (q, q, q), projection_seed=0).mutated == (0,)
 
 
-def test_a_shared_argument_goes_by_name_and_every_call_gets_a_fresh_copy(tmp_path, monkeypatch):
-    big = torch.arange(70_000, dtype=torch.float32)
+@contextlib.contextmanager
+def sharing(tmp_path, big, source):
+    """The submission ``source``, opened in a worker that shares the tensor ``big``."""
     path = tmp_path / "sub.py"
-    path.write_text("def softmax(x, dim=-1):\n    x += 1\n    return x.clone()\n")
-    sent = []
-    encode = wire.encode
-    monkeypatch.setattr(wire, "encode", lambda value, shared=None: sent.append(encode(value, shared)) or sent[-1])
+    path.write_text(source)
     with Worker(budget=30.0) as w:
         w.share([big])
         with w.open(path) as s:
-            outcomes = [s.call("softmax", (big,), {"dim": d}) for d in (-1, 0)]  # two calls: not one answered twice
+            yield s
+
+
+def test_a_shared_argument_goes_by_name_and_every_call_gets_a_fresh_copy(tmp_path, monkeypatch):
+    big = torch.arange(70_000, dtype=torch.float32)
+    sent = []
+    encode = wire.encode
+    monkeypatch.setattr(wire, "encode", lambda value, shared=None: sent.append(encode(value, shared)) or sent[-1])
+    with sharing(tmp_path, big, "def softmax(x, dim=-1):\n    x += 1\n    return x.clone()\n") as s:
+        outcomes = [s.call("softmax", (big,), {"dim": d}) for d in (-1, 0)]  # two calls: not one answered twice
     assert outcomes[1] is not outcomes[0]
     assert all(torch.equal(o.value, big + 1) and o.mutated == (0,) for o in outcomes)
     assert torch.equal(big, torch.arange(70_000, dtype=torch.float32))
@@ -233,16 +241,12 @@ def test_a_shared_argument_goes_by_name_and_every_call_gets_a_fresh_copy(tmp_pat
 
 def test_a_shared_argument_kept_by_one_call_and_changed_in_a_later_one_reaches_the_next_call_untouched(tmp_path):
     big = torch.arange(70_000, dtype=torch.float32)
-    path = tmp_path / "sub.py"
-    path.write_text("KEPT = []\n"
-                    "def softmax(x, dim=-1):\n    KEPT.append(x)\n    return x.clone()\n"
-                    "def causal_average(x):\n    KEPT[0].fill_(7)\n    return x\n")
-    with Worker(budget=30.0) as w:
-        w.share([big])
-        with w.open(path) as s:
-            first = s.call("softmax", (big,))
-            assert s.call("causal_average", (torch.ones(2),)).mutated == ()  # not its own argument
-            again = s.call("softmax", (big,), {"dim": 0})
+    with sharing(tmp_path, big, "KEPT = []\n"
+                                "def softmax(x, dim=-1):\n    KEPT.append(x)\n    return x.clone()\n"
+                                "def causal_average(x):\n    KEPT[0].fill_(7)\n    return x\n") as s:
+        first = s.call("softmax", (big,))
+        assert s.call("causal_average", (torch.ones(2),)).mutated == ()  # not its own argument
+        again = s.call("softmax", (big,), {"dim": 0})
     assert again is not first
     assert torch.equal(first.value, big) and torch.equal(again.value, big)
     assert first.mutated == () and again.mutated == ()
@@ -264,26 +268,18 @@ def test_a_shared_tensor_tells_its_untouched_view_from_a_written_one_by_the_page
 
 def test_a_shared_argument_is_reported_changed_by_its_values_not_by_the_pages_written(tmp_path):
     big = torch.arange(70_000, dtype=torch.float32)
-    path = tmp_path / "sub.py"
-    path.write_text("def softmax(x, dim=-1):\n    x.mul_(1.0)\n    return x.clone()\n"
-                    "def causal_average(x):\n    x[-1] += 1\n    return x.clone()\n"
-                    "def layer_norm(x, eps=1e-5):\n    return x * 2\n")
-    with Worker(budget=30.0) as w:
-        w.share([big])
-        with w.open(path) as s:
-            rewritten, changed, read = (s.call(name, (big,)) for name in ("softmax", "causal_average", "layer_norm"))
+    with sharing(tmp_path, big, "def softmax(x, dim=-1):\n    x.mul_(1.0)\n    return x.clone()\n"
+                                "def causal_average(x):\n    x[-1] += 1\n    return x.clone()\n"
+                                "def layer_norm(x, eps=1e-5):\n    return x * 2\n") as s:
+        rewritten, changed, read = (s.call(name, (big,)) for name in ("softmax", "causal_average", "layer_norm"))
     assert rewritten.mutated == () and changed.mutated == (0,) and read.mutated == ()
     assert torch.equal(read.value, big * 2)
 
 
 def test_a_shared_argument_given_twice_in_one_call_arrives_as_two_tensors(tmp_path):
     big = torch.arange(70_000, dtype=torch.float32)
-    path = tmp_path / "sub.py"
-    path.write_text("def attention(q, k, v, mask=None, scale=None):\n    q.mul_(2)\n    return k + v\n")
-    with Worker(budget=30.0) as w:
-        w.share([big])
-        with w.open(path) as s:
-            outcome = s.call("attention", (big, big, big))
+    with sharing(tmp_path, big, "def attention(q, k, v, mask=None, scale=None):\n    q.mul_(2)\n    return k + v\n") as s:
+        outcome = s.call("attention", (big, big, big))
     assert torch.equal(outcome.value, big + big)  # q doubled in place, k and v untouched
     assert outcome.mutated == (0,)
 

@@ -203,7 +203,7 @@ class Grader:
                 printed = f"Printed at import:\n{submission.output}" if submission.output else ""
                 graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem, printed]))
             for item, following in zip(self.items, [*self.items[1:], None]):
-                if following is not None and functions is not None and submission.status == replies.OK:
+                if following is not None and functions is not None:
                     self._say_next(following, functions)
                 graded.grades += self._grade_item(item, submission, functions, problem)
         finally:
@@ -255,25 +255,24 @@ class Grader:
 
     def _say_next(self, item, functions):
         """Tell the submission the call ``item`` will make (it computes it while this one is judged)."""
-        if item.error is not None:
-            return
+        call = None if item.error is not None else self._graded_call(item)
+        if call is not None and call[0] not in functions.timed_out:
+            functions.ahead(*call, keep=_read_results(item.check), reuse=item)
+
+    def _graded_call(self, item):
+        """(name, args, kwargs) of the call ``item`` checks; None where its arguments cannot be made
+        (a case mistake: the check's run reports it)."""
         try:
-            name, args, kwargs = self.preparation.arguments(item, "cpu")
-        except Exception:  # noqa: BLE001 (a case mistake: the check reports it)
-            return
-        if name not in functions.timed_out:
-            functions.ahead(name, args, kwargs, keep=_read_results(item.check), reuse=item)
+            return self.preparation.arguments(item, "cpu")
+        except Exception:  # noqa: BLE001
+            return None
 
     def _value_result(self, item, functions):
         """The check run with the submission's functions. Its call is made first: a reply this batch
         has already judged for this check (another submission's same bytes) gets the same result."""
-        key = None
-        try:
-            name, args, kwargs = self.preparation.arguments(item, "cpu")
-        except Exception:  # noqa: BLE001 (a case mistake: the run reports it)
-            name = None
-        if name in functions.submission.names and name not in functions.timed_out:
-            reply = functions.fetch(name, args, kwargs, reuse=item).reply
+        key, call = None, self._graded_call(item)
+        if call is not None and call[0] in functions.submission.names and call[0] not in functions.timed_out:
+            reply = functions.fetch(*call, reuse=item).reply
             key = None if reply is None else (item, reply)
         result = self._judged_once(key, lambda: runner.run(item, functions=functions, preparation=self.preparation))
         functions.ready = None

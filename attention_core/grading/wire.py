@@ -146,7 +146,7 @@ class Shared:
     def __init__(self, tensor, name):
         tensor = tensor.contiguous()
         self.dtype, self.shape = tensor.dtype, tuple(tensor.shape)
-        self._private = self._address = None
+        self._private = None
         if not hasattr(os, "memfd_create"):  # not Linux: each call gets a copy
             self.original = tensor.clone()
             return
@@ -160,6 +160,7 @@ class Shared:
                         fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
             self._shared = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
             self._private = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self._address = self._view(self._private).data_ptr()  # where every fresh view's bytes start
         finally:
             os.close(fd)
         with warnings.catch_warnings():  # torch warns that the original's buffer is read-only, as meant
@@ -174,9 +175,7 @@ class Shared:
         if self._private is None:
             return self.original.clone()
         self._private.madvise(mmap.MADV_DONTNEED)  # an earlier call's writes, if any, are forgotten
-        view = self._view(self._private)
-        self._address = view.data_ptr()
-        return view
+        return self._view(self._private)
 
     def unwritten(self, tensor):
         """Whether ``tensor`` is still a view that :meth:`fresh` made, over every byte, none of which a
