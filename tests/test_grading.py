@@ -121,7 +121,8 @@ def test_each_mutant_loses_points_and_is_named_in_the_feedback(batch):
         result = results[f"mutant_{mutant.name}"]
         failed = _failed(result)
         assert result["score"] < result["max_score"], mutant.name
-        assert any(mutant.mistake in t["output"] for t in failed), (mutant.name, failed[0]["output"][:400])
+        worded = [mistake for mistake, _ in mutant.parts.values()] or [mutant.mistake]  # each function's own part
+        assert any(w in t["output"] for t in failed for w in worded), (mutant.name, failed[0]["output"][:400])
         if mutant.breaks != "values":  # right values: only the backward checks are lost, for its reason alone
             assert all(t["name"].endswith("/backward") for t in failed), mutant.name
             others = [m.mistake for m in mutants.MUTANTS if m.breaks != "values" and m is not mutant]
@@ -173,6 +174,8 @@ def test_the_template_declares_every_graded_function():
         assert str(inspect.signature(namespace[function.name])) == str(inspect.signature(getattr(reference,
                                                                                                  function.name)))
         assert namespace[function.name].__doc__
+        for param in function.params:  # each parameter said something of, not a bare default
+            assert re.search(rf"^\s+{param.name}: \S", namespace[function.name].__doc__, re.M), (function.name, param.name)
 
 
 def _pytest(*args, cwd):
@@ -211,3 +214,17 @@ def test_a_reply_already_judged_for_a_check_gets_the_same_result_and_a_different
     assert len(shared) >= 0.9 * len(a.grades)  # the same bytes back: judged once
     wrong = [gc for gc in c.grades if not gc.result.passed]  # other bytes back: judged for what they are
     assert wrong and any(no_scale.mistake in gc.diagnosis for gc in wrong)
+
+
+def test_a_check_whose_call_the_reference_cannot_make_is_worth_nothing_and_charged_to_no_one(tmp_path):
+    from tests.test_runner import _SHAPES_THAT_CANNOT_GO_THROUGH  # noqa: PLC0415
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "f.yaml").write_text(_SHAPES_THAT_CANNOT_GO_THROUGH, encoding="utf-8")
+    (tmp_path / "student.py").write_text(REFERENCE, encoding="utf-8")
+    with Grader(cases) as grader:
+        graded = grader.grade(tmp_path / "student.py")
+    [grade] = graded.grades  # not called: no backward check either
+    assert (grade.score, grade.max_score, graded.max_score) == (0.0, 0.0, 0.0)
+    assert grade.result.status.value == "case error"
+    assert "the reference core cannot run `attention` on these arguments either" in grade.result.message

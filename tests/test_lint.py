@@ -68,7 +68,8 @@ def test_the_other_cases_of_the_same_run_still_execute_and_pass():
     assert others.pop("recorded/unreviewed/c") == "passed"  # only lint reports what is unreviewed
     assert others.pop("pending/draft/c") == "pending"
     assert others.pop("printed_shape/wrong_rows/c") == "failed"  # the check run finds it too, later
-    assert others.pop("shape_through_call/mismatched/c") == "implementation error"
+    # shapes that cannot go through the called function: the reference core raises too, so the
+    # case's mistake (shape_through_call), never the implementation's
     assert set(others.values()) == {"case error"}, others
 
 

@@ -230,6 +230,30 @@ def test_breaks_is_one_of_three_words():
         Mutant("x", {}, "mistake", "fix", "speed")
 
 
+def test_a_mistake_in_two_functions_is_worded_for_each_alone():
+    with pytest.raises(ValueError, match="its parts must word the mistake of each of them alone"):
+        Mutant("x", {"softmax": None, "attention": None}, "mistake", "fix", "values")
+
+
+@pytest.mark.parametrize("wrong", ["softmax", "attention"])
+def test_a_failed_check_names_only_the_mistake_of_the_function_it_checks(wrong):
+    """A student who made one half of a two-function mistake: the other function passes its own
+    checks, and no feedback sends the student to it."""
+    both = next(m for m in MUTANTS if m.name == "softmax_wrong_axis")
+    functions = {**runner.REFERENCE, wrong: both.functions[wrong]}
+    grades = []
+    for item in GRADED:
+        if item.check.function in both.functions:
+            result = runner.run(item, functions=functions)
+            grades.append(SimpleNamespace(item=item, result=result, check_id=item.id, diagnosis=""))
+    diagnose.Diagnoser().explain(SimpleNamespace(grades=grades))
+    failed = [g for g in grades if not g.result.passed]
+    assert failed and {g.item.check.function for g in failed} == {wrong}
+    own, other = both.parts[wrong][0], next(part[0] for f, part in both.parts.items() if f != wrong)
+    assert any(own in g.diagnosis for g in failed)
+    assert not any(other in g.diagnosis or both.mistake in g.diagnosis for g in failed)
+
+
 @pytest.mark.parametrize("name", ["no_scale", "weights_times_v_transposed"])
 def test_on_a_large_check_a_mutant_unlike_the_student_on_the_first_batch_entry_is_not_run_on_the_whole(name):
     item = next(i for i in GRADED if i.id.endswith("/sdpa/attention"))

@@ -233,3 +233,29 @@ def test_a_number_too_large_for_a_tensor_is_a_failed_check_not_a_harness_error(t
     item, = _one_file(tmp_path, "      - id: k\n        expr: \"2**63\"\n        expect: {out: 1}\n")
     result = runner.run(item)
     assert result.status is Status.FAILED and "does not fit in a 64-bit tensor" in result.report
+
+
+_SHAPES_THAT_CANNOT_GO_THROUGH = (
+    "document: {title: F}\ncases:\n  - id: c\n    seed: 0\n"
+    "    inputs: {q: {randn: [3, 2]}, k: {randn: [3, 3]}, v: {randn: [3, 3]}}\n"
+    "    checks:\n      - id: a\n        call: attention(q, k, v)\n        returns: [out, weights]\n"
+    "        expect: {out: {shape: [3, 3]}}\n")
+
+
+def test_a_call_the_reference_core_cannot_make_either_is_a_case_error_not_the_implementations(tmp_path):
+    (tmp_path / "f.yaml").write_text(_SHAPES_THAT_CANNOT_GO_THROUGH, encoding="utf-8")
+    [item] = runner.collect(tmp_path)
+
+    def attention(q, k, v, mask=None, scale=None):  # any implementation raises on these shapes
+        return q @ k.transpose(-2, -1)
+
+    for functions in (None, {"attention": attention}):
+        result = runner.run(item, functions=functions)
+        assert result.status is Status.CASE_ERROR, result.message
+        assert "the reference core cannot run `attention` on these arguments either" in result.message
+        assert "mat1 and mat2 shapes cannot be multiplied" in result.message
+
+    def wrong(q, k, v, mask=None, scale=None):  # where the reference runs, a raise stays the implementation's
+        raise ValueError("oops")
+    fine = next(i for i in GRADED if i.check.function == "attention")
+    assert runner.run(fine, functions={"attention": wrong}).status is Status.IMPLEMENTATION_ERROR

@@ -44,6 +44,9 @@ def test_each_key_and_value_keeps_its_line_and_column_a_merged_one_its_own_place
     ("b: {<<: 1}\n", (1, 9), "a merge key ('<<') takes a mapping or a list of mappings"),
     ("a: 1\n---\nb: 2\n", (2, 1), "YAML syntax error: expected a single document in the stream"),
     ("a: *nope\n", (1, 4), "YAML syntax error: found undefined alias 'nope'"),
+    # found lines later: where the unclosed bracket was opened is said too
+    ("a:\n  x: [1.0,\n 2.0\nz: 3\n", (4, 2),
+     "while parsing a flow sequence opened at line 2, column 6, did not find expected ',' or ']'"),
 ])
 def test_what_yaml_refuses_is_a_case_error_at_its_line(text, where, words):
     with pytest.raises(CaseError) as caught:

@@ -25,9 +25,12 @@ from attention_core.report.html import submission_page
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
-def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60.0, gradient_points=1.0, stream=None):
-    """Grade ``paths`` into ``out``; print one line per submission. Exit 0 whenever grading completed."""
-    stream = stream or sys.stderr
+def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60.0, gradient_points=1.0,
+                  stream=None, report=None):
+    """Grade ``paths`` into ``out``; print one line per submission (to ``report``, stdout by default: the
+    score table a teacher may redirect), the progress bar and warnings to ``stream`` (stderr).
+    Exit 0 whenever grading completed."""
+    stream, report = stream or sys.stderr, report or sys.stdout
     missing = [p for p in paths if not p.exists()]
     if missing:
         print(f"no such submission: {', '.join(map(str, missing))}", file=stream)
@@ -51,12 +54,11 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
     gradescope.write_gradebook(scores, out / "gradebook.csv")
     width = max(len(n) for n in names)
     for one in scores:
-        print(f"{one.name:<{width}}  {points(one.score):>6} / {points(one.max_score)}",
-              file=stream)
+        print(f"{one.name:<{width}}  {points(one.score):>6} / {points(one.max_score)}", file=report)
     for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
     print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'} and {out / 'gradebook.csv'}",
-          file=stream)
+          file=report)
     return 0
 
 

@@ -45,7 +45,7 @@ class Diagnoser:
                     self._found[key] = self.candidates(grade.item, grade.result)
                     weakref.finalize(grade.result, self._found.pop, key, None)
                 found = self._found[key]
-                grade.diagnosis = "\n".join(f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in found)
+                grade.diagnosis = "\n".join(m.told(grade.item.check.function) for m in found)
 
     def candidates(self, item, result):
         """The value mutants whose result on ``item`` matches the student's ``result``."""
@@ -114,7 +114,7 @@ class Diagnoser:
         stages = {f.mismatch.stage for f in result.failures}
         no_gradient = any(f.mismatch.stage == "gradient" and "no gradient reaches" in f.mismatch.message
                           for f in result.failures)
-        lines = [f"Likely mistake: {m.mistake}. Fix: {m.fix}" for m in self.library
+        lines = [m.told(item.check.function) for m in self.library
                  if item.check.function in m.functions
                  and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
         return "\n".join(lines)

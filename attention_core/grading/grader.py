@@ -163,6 +163,7 @@ class Grader:
         self._worker = None
         self._golden_grads = {}
         self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
+        self._refused = {}  # check -> why the reference core cannot run its call (a case mistake), or None
         self._threads = None
 
     def __enter__(self):
@@ -241,6 +242,10 @@ class Grader:
         points = float(item.check.points if item.check.points is not None else 1.0)
         visibility = item.check.visibility or "visible"
         source = _source(item)
+        refused = self._case_refused(item)
+        if refused:  # worth nothing to anyone: no implementation can pass it
+            return [Grade(item.id, item, Result(Status.CASE_ERROR, item.id, item.location, message=refused),
+                          0.0, 0.0, visibility, source)]
         if functions is None or submission.status != replies.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
@@ -255,9 +260,18 @@ class Grader:
 
     def _say_next(self, item, functions):
         """Tell the submission the call ``item`` will make (it computes it while this one is judged)."""
-        call = None if item.error is not None else self._graded_call(item)
+        call = None if item.error is not None or self._case_refused(item) else self._graded_call(item)
         if call is not None and call[0] not in functions.timed_out:
             functions.ahead(*call, keep=_read_results(item.check), reuse=item)
+
+    def _case_refused(self, item):
+        """Why the reference core itself raises on the call ``item`` checks (its arguments' shapes
+        cannot go through: a mistake of the case file), once per check and batch; None where it runs."""
+        if item not in self._refused:
+            call = None if item.error is not None else self._graded_call(item)
+            refused = None if call is None else runner.reference_refuses(*call)
+            self._refused[item] = refused and f"`{item.check.expr.source}`: {refused}"
+        return self._refused[item]
 
     def _graded_call(self, item):
         """(name, args, kwargs) of the call ``item`` checks; None where its arguments cannot be made

@@ -13,7 +13,7 @@ import inspect
 import io
 import math
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,6 +32,9 @@ class Mutant:
         mistake: what is wrong, in the spec's words.
         fix: how to put it right, one sentence.
         breaks: what it gets wrong: ``"values"``, ``"gradient"`` or ``"side effect"``.
+        parts: for a mistake made in more than one function, function name -> (mistake, fix) of
+            that function alone: a failed check of one function names its own part, never another
+            function's, which may be right in the student's code.
     """
 
     name: str
@@ -39,10 +42,19 @@ class Mutant:
     mistake: str
     fix: str
     breaks: str
+    parts: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.breaks not in BREAKS:
             raise ValueError(f"breaks must be one of {BREAKS}, not {self.breaks!r}")
+        if len(self.functions) > 1 and set(self.parts) != set(self.functions):
+            raise ValueError(f"mutant {self.name!r} changes {sorted(self.functions)}: its parts must word "
+                             f"the mistake of each of them alone")
+
+    def told(self, function):
+        """'Likely mistake: … Fix: …' for a failed check of ``function``."""
+        mistake, fix = self.parts.get(function, (self.mistake, self.fix))
+        return f"Likely mistake: {mistake}. Fix: {fix}"
 
 
 # ---------------------------------------------------------------- the reference's pieces, copied
@@ -207,7 +219,12 @@ MUTANTS = (
            "softmax over the wrong axis: softmax over dim 0 whatever dim is given, and attention's softmax "
            "over the query axis (dim -2), so columns instead of rows sum to one",
            "Normalise over the given dim in softmax, and over the key axis (dim -1) of the scores in attention.",
-           "values"),
+           "values",
+           {"softmax": ("softmax over the wrong axis: over dim 0 whatever dim is given",
+                        "Normalise over the given dim: subtract its maximum, exponentiate, divide by its sum."),
+            "attention": ("attention's softmax over the query axis (dim -2), so columns instead of rows of "
+                          "the weights sum to one",
+                          "Take the softmax of the scores over the key axis (dim -1).")}),
     Mutant("mask_inverted", {"attention": attention_mask_inverted},
            "the bool mask is read inverted: True is taken as blocked, where the spec's True means may attend",
            "Fill the scores with -inf where the mask is False (scores.masked_fill(~mask, -inf)).", "values"),

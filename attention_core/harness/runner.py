@@ -11,6 +11,7 @@ implementation under test, the reference core is run on the CPU to measure a che
 import functools
 import os
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from attention_core.harness.inputs import has_rounded_inputs, materialise
 from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
                                           ValuesExpectation, waiting)
 from attention_core.harness.results import CallFailed, Failure, Result, Status
-from attention_core.harness.text import escape
+from attention_core.harness.text import escape, shorten
 
 REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}
 
@@ -257,7 +258,13 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
         name, args, kwargs = arguments
         if not getattr(functions, "isolated", False):  # an in-process call may write into its inputs
             args, kwargs = [_copy(a) for a in args], {k: _copy(v) for k, v in kwargs.items()}
-        result = _call_implementation(functions, name, args, kwargs)
+        try:
+            result = _call_implementation(functions, name, args, kwargs)
+        except _Stop as stop:
+            refused = reference_refuses(*arguments) if stop.status is Status.IMPLEMENTATION_ERROR else None
+            if refused:  # the case's own mistake: no implementation is charged with it
+                raise _Stop(Status.CASE_ERROR, f"`{expression.source}`: {refused}") from None
+            raise
         _check_dtypes(result, check.returns, args, kwargs)
     else:
         try:
@@ -271,6 +278,23 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
         raise _WrongResult("type", f"`{expression.source}` must return {len(check.returns)} values "
                                    f"({', '.join(check.returns)}), got {got}")
     return dict(zip(check.returns, result))
+
+
+def reference_refuses(name, args, kwargs):
+    """Why the reference core raises when it calls ``name`` on these arguments (shapes that cannot
+    go through it: a mistake of the case, which no implementation should be charged with); None
+    where it runs."""
+    function = REFERENCE.get(name)
+    if function is None:
+        return None
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            function(*[_copy(a) for a in args], **{k: _copy(v) for k, v in kwargs.items()})
+    except Exception as err:  # noqa: BLE001
+        return (f"the reference core cannot run `{name}` on these arguments either "
+                f"({type(err).__name__}: {shorten(str(err), 200)}): a mistake of the case")
+    return None
 
 
 def _copy(value):

@@ -286,7 +286,10 @@ def parse(text):
         return _Builder(loader).document()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        problem = " ".join(p for p in (err.context, err.problem) if p)
+        opened = err.context_mark
+        where = (f" opened at line {opened.line + 1}, column {opened.column + 1},"
+                 if err.context and opened is not None and mark is not opened and opened.line != mark.line else "")
+        problem = " ".join(p for p in (err.context and err.context + where, err.problem) if p)
         raise CaseError(None, mark.line + 1 if mark else 1, f"YAML syntax error: {escape(problem)}",
                         column=mark.column + 1 if mark else None) from None
     except yaml.YAMLError as err:
