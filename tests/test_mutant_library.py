@@ -283,3 +283,24 @@ def test_a_diagnosis_keeps_nothing_of_a_result_once_the_grader_drops_it():
     gc.collect()
     assert kept() is None, "over a batch, every failed result (a large check's outputs) would be held"
     assert diagnoser.library  # the diagnoser outlives the result
+
+
+def test_a_function_built_on_a_wrong_one_of_the_students_is_sent_to_that_one():
+    """A multi_head_attention that calls the student's own attention, whose mask is read inverted:
+    no mutant of multi_head_attention explains its failures, and the feedback names attention."""
+    inverted = next(m for m in MUTANTS if m.name == "mask_inverted")
+    student = {}
+    exec(inspect.getsource(reference), student)  # noqa: S102 (our own text)
+    student["attention"] = inverted.functions["attention"]  # the student's module calls its own attention
+    functions = {name: student[name] for name in spec.NAMES}
+    grades = [SimpleNamespace(item=item, result=runner.run(item, functions=functions), check_id=item.id, diagnosis="")
+              for item in GRADED if item.check.function in ("attention", "multi_head_attention", "split_heads")]
+    diagnose.Diagnoser().explain(SimpleNamespace(grades=grades))
+    by_function = {}
+    for grade in grades:
+        if not grade.result.passed:
+            by_function.setdefault(grade.item.check.function, []).append(grade.diagnosis)
+    assert set(by_function) == {"attention", "multi_head_attention"}
+    assert all(inverted.mistake in d for d in by_function["attention"])
+    assert all(d.startswith("Likely cause: `attention`, which the reference `multi_head_attention` calls, fails "
+                            "its own checks.") for d in by_function["multi_head_attention"]), by_function

@@ -8,17 +8,32 @@ large check, a mutant is first run on the first batch entry of the inputs: one w
 there already disagree with the student's is not run on the whole.
 """
 
+import inspect
+import re
 import warnings
 import weakref
 
 import torch
 
+from attention_core import reference, spec
 from attention_core.grading import mutants, wire
 from attention_core.harness import compare, runner, tolerance
 from attention_core.harness.results import Status
 
 SAMPLE = 4096  # elements of a large result compared first
 LARGE = 1 << 16  # elements of an argument from which a check's mutants are tried on the first batch entry first
+
+def _calls():
+    """Spec function -> the other spec functions the reference core's version of it calls."""
+    called = {}
+    for name in spec.NAMES:
+        source = inspect.getsource(getattr(reference, name))
+        called[name] = [other for other in spec.NAMES if other != name and re.search(rf"\b{other}\(", source)]
+    return called
+
+
+CALLS = _calls()
+
 
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
@@ -46,6 +61,7 @@ class Diagnoser:
                     weakref.finalize(grade.result, self._found.pop, key, None)
                 found = self._found[key]
                 grade.diagnosis = "\n".join(m.told(grade.item.check.function) for m in found)
+        _name_failing_parts(graded.grades)
 
     def candidates(self, item, result):
         """The value mutants whose result on ``item`` matches the student's ``result``."""
@@ -118,6 +134,27 @@ class Diagnoser:
                  if item.check.function in m.functions
                  and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
         return "\n".join(lines)
+
+
+_WRONG = (Status.FAILED, Status.IMPLEMENTATION_ERROR, Status.TIMEOUT)  # the student's function ran, and was wrong
+
+
+def _name_failing_parts(grades):
+    """A failed value check that no mutant explains, of a function whose reference version calls
+    spec functions that fail their own checks in this submission: the feedback names them (a
+    multi_head_attention built on the student's own wrong attention fails where attention does)."""
+    def failing(grade):
+        return not grade.result.passed and grade.item.error is None and not grade.check_id.endswith("/backward")
+    wrong = {g.item.check.function for g in grades if failing(g) and g.result.status in _WRONG}
+    for grade in grades:
+        if failing(grade) and not grade.diagnosis:
+            parts = [f"`{name}`" for name in CALLS.get(grade.item.check.function, ()) if name in wrong]
+            if parts:
+                grade.diagnosis = (f"Likely cause: {' and '.join(parts)}, which the reference "
+                                   f"`{grade.item.check.function}` calls, fail{'s' if len(parts) == 1 else ''} "
+                                   f"{'its' if len(parts) == 1 else 'their'} own checks. Fix: if yours calls "
+                                   f"{'it' if len(parts) == 1 else 'them'}, make {'it' if len(parts) == 1 else 'them'} "
+                                   f"pass first; these failures may then go too.")
 
 
 class _FirstEntry(runner.Preparation):
