@@ -82,7 +82,9 @@ SPEC = (
         "Multi-head self-attention without an output projection: q = x @ w_q (likewise k, v), split into heads, "
         "attend per head with scale 1 / sqrt(d_k), merge."),
     SpecFunction(
-        "layer_norm", (Param("x", doc="(..., C)"), Param("eps", 1e-5, shown="1e-5", doc="added to the variance under the square root")), ("out",),
+        "layer_norm",
+        (Param("x", doc="(..., C)"), Param("eps", 1e-5, shown="1e-5", doc="added to the variance under the square root")),
+        ("out",),
         "normalised over the last dimension (biased variance), no affine parameters",
         "Layer norm over the last dimension: (x - mean) / sqrt(var + eps), biased variance (divide by n), no affine."),
 )

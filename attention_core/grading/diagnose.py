@@ -23,6 +23,7 @@ from attention_core.harness.results import Status
 SAMPLE = 4096  # elements of a large result compared first
 LARGE = 1 << 16  # elements of an argument from which a check's mutants are tried on the first batch entry first
 
+
 def _calls():
     """Spec function -> the other spec functions the reference core's version of it calls."""
     called = {}
@@ -148,13 +149,13 @@ def _name_failing_parts(grades):
     wrong = {g.item.check.function for g in grades if failing(g) and g.result.status in _WRONG}
     for grade in grades:
         if failing(grade) and not grade.diagnosis:
-            parts = [f"`{name}`" for name in CALLS.get(grade.item.check.function, ()) if name in wrong]
+            function = grade.item.check.function
+            parts = [f"`{name}`" for name in CALLS[function] if name in wrong]
             if parts:
-                grade.diagnosis = (f"Likely cause: {' and '.join(parts)}, which the reference "
-                                   f"`{grade.item.check.function}` calls, fail{'s' if len(parts) == 1 else ''} "
-                                   f"{'its' if len(parts) == 1 else 'their'} own checks. Fix: if yours calls "
-                                   f"{'it' if len(parts) == 1 else 'them'}, make {'it' if len(parts) == 1 else 'them'} "
-                                   f"pass first; these failures may then go too.")
+                fails, them = ("fails its", "it") if len(parts) == 1 else ("fail their", "them")
+                grade.diagnosis = (f"Likely cause: {' and '.join(parts)}, which the reference `{function}` calls, "
+                                   f"{fails} own checks. Fix: if yours calls {them}, make {them} pass first; "
+                                   f"these failures may then go too.")
 
 
 class _FirstEntry(runner.Preparation):

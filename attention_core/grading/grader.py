@@ -269,8 +269,7 @@ class Grader:
         cannot go through: a mistake of the case file), once per check and batch; None where it runs."""
         if item not in self._refused:
             call = None if item.error is not None else self._graded_call(item)
-            refused = None if call is None else runner.reference_refuses(*call)
-            self._refused[item] = refused and f"`{item.check.expr.source}`: {refused}"
+            self._refused[item] = None if call is None else runner.reference_refuses(item.check.expr.source, call)
         return self._refused[item]
 
     def _graded_call(self, item):

@@ -261,9 +261,10 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
         try:
             result = _call_implementation(functions, name, args, kwargs)
         except _Stop as stop:
-            refused = reference_refuses(*arguments) if stop.status is Status.IMPLEMENTATION_ERROR else None
+            refused = reference_refuses(expression.source, arguments) if stop.status is Status.IMPLEMENTATION_ERROR \
+                else None
             if refused:  # the case's own mistake: no implementation is charged with it
-                raise _Stop(Status.CASE_ERROR, f"`{expression.source}`: {refused}") from None
+                raise _Stop(Status.CASE_ERROR, refused) from None
             raise
         _check_dtypes(result, check.returns, args, kwargs)
     else:
@@ -280,10 +281,11 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
     return dict(zip(check.returns, result))
 
 
-def reference_refuses(name, args, kwargs):
-    """Why the reference core raises when it calls ``name`` on these arguments (shapes that cannot
-    go through it: a mistake of the case, which no implementation should be charged with); None
-    where it runs."""
+def reference_refuses(source, arguments):
+    """Why the reference core raises on the call ``source`` with ``arguments`` (name, args, kwargs):
+    shapes that cannot go through it, a mistake of the case, which no implementation should be
+    charged with. None where it runs."""
+    name, args, kwargs = arguments
     function = REFERENCE.get(name)
     if function is None:
         return None
@@ -292,7 +294,7 @@ def reference_refuses(name, args, kwargs):
             warnings.simplefilter("ignore")
             function(*[_copy(a) for a in args], **{k: _copy(v) for k, v in kwargs.items()})
     except Exception as err:  # noqa: BLE001
-        return (f"the reference core cannot run `{name}` on these arguments either "
+        return (f"`{source}`: the reference core cannot run `{name}` on these arguments either "
                 f"({type(err).__name__}: {shorten(str(err), 200)}): a mistake of the case")
     return None
 

@@ -116,7 +116,7 @@ def _check(check, at, inputs, case_source, case_points, case_visibility):
     points = _first(check.points, case_points, 1.0) if graded else 0.0
     source = check.source.under(case_source) if check.source is not None else case_source
     return check.updated({"returns": tuple(returns), "points": points, "source": source,
-                                    "visibility": _first(check.visibility, case_visibility, "visible")})
+                          "visibility": _first(check.visibility, case_visibility, "visible")})
 
 
 def _differs(check, differs, where, inputs, returns):

@@ -73,9 +73,7 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
 def _content_at(loader, event):
     """(line, column) of a value's first character of content; a block scalar's starts on the next line."""
     mark = event.start_mark
-    style = getattr(event, "style", None)
-    if not style:  # plain scalars ('' or None), collections and aliases
-        return mark.line + 1, mark.column + 1
+    style = getattr(event, "style", None)  # '' or None: plain scalars, collections and aliases
     if style in ("|", ">"):
         text = loader.text_lines[mark.line + 2] if mark.line + 2 < len(loader.text_lines) else ""
         return mark.line + 2, len(text) - len(text.lstrip(" ")) + 1
@@ -288,7 +286,7 @@ def parse(text):
         mark = err.problem_mark or err.context_mark
         opened = err.context_mark
         where = (f" opened at line {opened.line + 1}, column {opened.column + 1},"
-                 if err.context and opened is not None and mark is not opened and opened.line != mark.line else "")
+                 if err.context and opened is not None and opened.line != mark.line else "")
         problem = " ".join(p for p in (err.context and err.context + where, err.problem) if p)
         raise CaseError(None, mark.line + 1 if mark else 1, f"YAML syntax error: {escape(problem)}",
                         column=mark.column + 1 if mark else None) from None
