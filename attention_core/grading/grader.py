@@ -163,7 +163,6 @@ class Grader:
         self._worker = None
         self._golden_grads = {}
         self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
-        self._refused = {}  # check -> why the reference core cannot run its call (a case mistake), or None
         self._threads = None
 
     def __enter__(self):
@@ -267,10 +266,8 @@ class Grader:
     def _case_refused(self, item):
         """Why the reference core itself raises on the call ``item`` checks (its arguments' shapes
         cannot go through: a mistake of the case file), once per check and batch; None where it runs."""
-        if item not in self._refused:
-            call = None if item.error is not None else self._graded_call(item)
-            self._refused[item] = None if call is None else runner.reference_refuses(item.check.expr.source, call)
-        return self._refused[item]
+        call = None if item.error is not None else self._graded_call(item)
+        return None if call is None else self.preparation.refused(item, "cpu")
 
     def _graded_call(self, item):
         """(name, args, kwargs) of the call ``item`` checks; None where its arguments cannot be made

@@ -126,6 +126,12 @@ class Preparation:
     def oracles(self, item):
         return self._once(("oracles", item), lambda: _oracles(item))
 
+    def refused(self, item, device):
+        """Why the reference core raises on the graded call of ``item`` (see :func:`reference_refuses`); None
+        where it runs. Asked once per check: of every implementation that raises there, and by the grader."""
+        return self._once(("refused", item, device),
+                          lambda: reference_refuses(item.check.expr.source, self.arguments(item, device)))
+
     def _once(self, key, make):
         if key not in self._made:
             self._made[key] = make()
@@ -192,7 +198,14 @@ def _run(item, functions, device, header, preparation, judge):
         outputs = values = judge
     else:
         arguments = _prepared_arguments(item, device, preparation) if isinstance(check, CallCheck) else None
-        outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
+        try:
+            outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
+        except _Stop as stop:
+            refused = preparation.refused(item, device) if stop.status is Status.IMPLEMENTATION_ERROR and \
+                arguments is not None else None
+            if refused:  # the case's own mistake: no implementation is charged with it
+                raise _Stop(Status.CASE_ERROR, refused) from None
+            raise
         values = _targets(check, scope, outputs, device, case.dtype, failures)
         if not judge and not failures:  # a results' structure or dtype already failed: the Result says so
             return values
@@ -258,14 +271,7 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
         name, args, kwargs = arguments
         if not getattr(functions, "isolated", False):  # an in-process call may write into its inputs
             args, kwargs = [_copy(a) for a in args], {k: _copy(v) for k, v in kwargs.items()}
-        try:
-            result = _call_implementation(functions, name, args, kwargs)
-        except _Stop as stop:
-            refused = reference_refuses(expression.source, arguments) if stop.status is Status.IMPLEMENTATION_ERROR \
-                else None
-            if refused:  # the case's own mistake: no implementation is charged with it
-                raise _Stop(Status.CASE_ERROR, refused) from None
-            raise
+        result = _call_implementation(functions, name, args, kwargs)
         _check_dtypes(result, check.returns, args, kwargs)
     else:
         try:
