@@ -228,3 +228,19 @@ def test_a_check_whose_call_the_reference_cannot_make_is_worth_nothing_and_charg
     assert (grade.score, grade.max_score, graded.max_score) == (0.0, 0.0, 0.0)
     assert grade.result.status.value == "case error"
     assert "the reference core cannot run `attention` on these arguments either" in grade.result.message
+
+
+def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths(tmp_path, monkeypatch):
+    course = tmp_path / "course-2026-private"
+    (course / "cases").mkdir(parents=True)
+    shipped = runner.default_cases_folder() / "001_self_attention.yaml"
+    (course / "cases" / shipped.name).write_text(shipped.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "student.py").write_text(template(), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # neither the project nor the course folder
+    assert main(["grade", str(tmp_path / "student.py"), "--cases", str(course / "cases"), "--out", "out"]) == 0
+    for written in ("results.json", "report.html"):
+        text = (elsewhere / "out" / "student" / written).read_text(encoding="utf-8")
+        assert f"cases/{shipped.name}:" in text
+        assert str(course) not in text and str(runner.default_cases_folder().parent) not in text, written

@@ -155,7 +155,8 @@ class Grader:
     """Grades submissions against the graded checks of a case folder, with one worker server."""
 
     def __init__(self, cases=None, *, call_timeout=CALL_TIMEOUT, budget=BUDGET, gradient_points=GRADIENT_POINTS):
-        folder = cases or runner.default_cases_folder()
+        folder = Path(cases or runner.default_cases_folder())
+        self._locations = runner.locations_relative_to(folder.resolve().parent)  # not the grader's own folders
         self.items = [i for i in runner.collect(folder) if i.error is not None or i.check.kind == "call"]
         self.call_timeout, self.budget, self.gradient_points = call_timeout, budget, gradient_points
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
@@ -169,12 +170,16 @@ class Grader:
         # The grader's own tensors are small: one thread avoids thread-pool overhead on every operation.
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)
+        self._locations.__enter__()
         self._worker = self._new_worker()
         return self
 
     def __exit__(self, *exc):
-        self._worker.close()
-        torch.set_num_threads(self._threads)
+        try:
+            self._worker.close()
+        finally:
+            torch.set_num_threads(self._threads)
+            self._locations.__exit__(*exc)
 
     def grade(self, path, *, into=None):
         """Grade one submission (a ``.py`` file or a folder); ``into``: the SubmissionGrade to fill, check

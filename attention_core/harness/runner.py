@@ -8,6 +8,7 @@ implementation under test, the reference core is run on the CPU to measure a che
 (see ``harness/tolerance.py``).
 """
 
+import contextlib
 import functools
 import os
 import traceback
@@ -70,14 +71,30 @@ class LoadError:
         return f"{_shown(self.file.path)}:{self.error.line}{column}"
 
 
+_SHOWN_FROM = []  # folders that locations are shown relative to, innermost last; none: the working folder
+
+
+@contextlib.contextmanager
+def locations_relative_to(folder):
+    """Show check locations relative to ``folder`` meanwhile (grading: the case folder's parent, so
+    that a student reads ``cases/x.yaml:12`` whatever folder the grader was started from)."""
+    _SHOWN_FROM.append(Path(folder).resolve())
+    try:
+        yield
+    finally:
+        _SHOWN_FROM.pop()
+
+
 def _shown(path):
-    return _shown_from(path, os.getcwd())
+    return _shown_from(path, _SHOWN_FROM[-1] if _SHOWN_FROM else Path(os.getcwd()))
 
 
 @functools.lru_cache(maxsize=4096)
-def _shown_from(path, cwd):
-    if path.is_absolute() and path.is_relative_to(cwd):
-        path = path.relative_to(cwd)
+def _shown_from(path, root):
+    if not path.is_absolute():
+        path = Path(os.getcwd()) / path
+    if path.is_relative_to(root):
+        path = path.relative_to(root)
     return escape(path)  # a file's name may hold control characters
 
 
