@@ -129,6 +129,37 @@ def test_each_mutant_loses_points_and_is_named_in_the_feedback(batch):
             assert not any(other in t["output"] for t in failed for other in others), mutant.name
 
 
+def test_a_mistake_that_keeps_the_values_right_is_named_only_where_the_values_are_right(batch):
+    # Wrong values lose gradients for reasons of their own: the rigged submission's zeros, a
+    # mutant's wrong arithmetic. Their backward checks must not say "the values are right".
+    results, _, _ = batch
+    for name, result in results.items():
+        passed = {t["name"] for t in result["tests"] if t["status"] == "passed"}
+        for test in _failed(result):
+            if test["name"].endswith("/backward") and test["name"].removesuffix("/backward") not in passed:
+                assert "the values are right" not in test["extra_data"].get("diagnosis", ""), (name, test["name"])
+
+
+def test_a_submission_that_does_not_import_gets_no_mistake_named(batch):
+    results, _, _ = batch
+    for name in ("import_error", "template"):
+        assert not [t["name"] for t in results[name]["tests"] if "diagnosis" in t["extra_data"]], name
+
+
+def test_a_check_of_shapes_holds_its_backward_to_the_gradients_shapes(batch):
+    # A wrong value is charged by the checks that read values, not again by a check of shapes.
+    results, _, _ = batch
+    shapes_only = {item.id for item in runner.collect(runner.default_cases_folder())
+                   if item.error is None and item.check.kind == "call"
+                   and all(e.kind == "shape" for e in item.check.expectations)}
+    assert shapes_only
+    for mutant in (m for m in mutants.MUTANTS if m.breaks == "values"):
+        tests = {t["name"]: t for t in results[f"mutant_{mutant.name}"]["tests"]}
+        for check in shapes_only:
+            if tests[check]["status"] == "passed" and f"{check}/backward" in tests:
+                assert tests[f"{check}/backward"]["status"] == "passed", (mutant.name, check)
+
+
 def test_a_hanging_function_costs_one_time_limit_and_the_rest_is_graded(batch):
     result = batch[0]["hangs"]
     failed = _failed(result)

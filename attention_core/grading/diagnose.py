@@ -50,11 +50,13 @@ class Diagnoser:
 
     def explain(self, graded):
         """Fill ``diagnosis`` on every failed grade of a graded submission."""
+        passed = {g.check_id for g in graded.grades if g.result.passed}
         for grade in graded.grades:
             if grade.result.passed or grade.item.error is not None:
                 continue
             if grade.check_id.endswith("/backward"):
-                grade.diagnosis = self._backward(grade.item, grade.result)
+                values_right = grade.check_id.removesuffix("/backward") in passed
+                grade.diagnosis = self._backward(grade.item, grade.result, values_right)
             else:
                 key = id(grade.result)
                 if key not in self._found:  # a Result the grader shared between submissions: diagnosed once
@@ -126,18 +128,25 @@ class Diagnoser:
                  and "meta" not in (ours[n].device.type, theirs[n].device.type)]
         return bool(names) and not _agree({n: ours[n] for n in names}, {n: theirs[n] for n in names}, item)
 
-    def _backward(self, item, result):
-        """The mutants of the check's function that lose what its backward check found lost."""
+    def _backward(self, item, result, values_right):
+        """The mutants of the check's function that lose what its backward check found lost. A gradient
+        mutant's mistake keeps the values right: it is named only where the check's values passed
+        (wrong values lose gradients for reasons of their own)."""
         stages = {f.mismatch.stage for f in result.failures}
-        no_gradient = any(f.mismatch.stage == "gradient" and "no gradient reaches" in f.mismatch.message
-                          for f in result.failures)
+        no_gradient = values_right and any(f.mismatch.stage == "gradient" and "no gradient reaches" in
+                                           f.mismatch.message for f in result.failures)
         lines = [m.told(item.check.function) for m in self.library
                  if item.check.function in m.functions
                  and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
         return "\n".join(lines)
 
 
-_WRONG = (Status.FAILED, Status.IMPLEMENTATION_ERROR, Status.TIMEOUT)  # the student's function ran, and was wrong
+def _ran_wrong(result, function):
+    """Whether the student's ``function`` ran and was wrong: wrong values, or it raised, crashed or hung
+    (not a submission that failed to import, nor a function it does not have)."""
+    if result.status in (Status.FAILED, Status.TIMEOUT):
+        return True
+    return result.status is Status.IMPLEMENTATION_ERROR and result.message.startswith(f"`{function}`")
 
 
 def _name_failing_parts(grades):
@@ -145,8 +154,9 @@ def _name_failing_parts(grades):
     spec functions that fail their own checks in this submission: the feedback names them (a
     multi_head_attention built on the student's own wrong attention fails where attention does)."""
     def failing(grade):
-        return not grade.result.passed and grade.item.error is None and not grade.check_id.endswith("/backward")
-    wrong = {g.item.check.function for g in grades if failing(g) and g.result.status in _WRONG}
+        return grade.item.error is None and not grade.check_id.endswith("/backward") and \
+            _ran_wrong(grade.result, grade.item.check.function)
+    wrong = {g.item.check.function for g in grades if failing(g)}
     for grade in grades:
         if failing(grade) and not grade.diagnosis:
             function = grade.item.check.function

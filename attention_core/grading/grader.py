@@ -18,6 +18,7 @@ from attention_core import spec
 from attention_core.grading import client, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser, leading_slice
 from attention_core.harness import compare, runner, tolerance, torch_route
+from attention_core.harness.model import ShapeExpectation
 from attention_core.harness.results import CallFailed, Failure, Result, Status
 from attention_core.harness.text import escape
 
@@ -360,8 +361,12 @@ class Grader:
                     "gradient", f"no gradient reaches {_label(label, name)}: the computation leaves autograd "
                                 f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`)")))
                 continue
-            rtol, atol = tolerance.gradient_tolerance(item.case.dtype, self._noise(item, label))
-            mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
+            if not _reads_values(item.check):  # a check of shapes holds its gradients to their shapes
+                mismatch = None if got.shape == want.shape else compare.Mismatch(
+                    "shape", f"the gradient's shape {list(got.shape)} is not its input's {list(want.shape)}")
+            else:
+                rtol, atol = tolerance.gradient_tolerance(item.case.dtype, self._noise(item, label))
+                mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
             if mismatch is not None:
                 failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
         return Status.FAILED if failures else Status.PASSED, failures
@@ -408,6 +413,11 @@ def _read_results(check):
     for expectation in check.expectations:
         read |= {expectation.target} | set(expectation.expr.names)
     return [i for i, name in enumerate(check.returns) if name in read]
+
+
+def _reads_values(check):
+    """Whether any expectation of ``check`` reads values (not a check of shapes alone)."""
+    return any(not isinstance(e, ShapeExpectation) for e in check.expectations)
 
 
 def _same(a, b):
