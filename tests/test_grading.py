@@ -71,6 +71,7 @@ def batch(tmp_path_factory):
     folder = tmp_path_factory.mktemp("submissions")
     files = {"template": template(), "reference": REFERENCE, **HOSTILE}
     files.update({style.lower(): _style(style) for style in STYLES})
+    files.update(numpy_scale="import numpy as np\n" + REFERENCE.replace("math.sqrt(", "np.sqrt("))
     files.update({f"mutant_{m.name}": mutants.submission_source(m) for m in mutants.MUTANTS})
     paths = []
     for name, text in files.items():
@@ -104,7 +105,7 @@ def test_grading_completes_with_exit_0_and_gradescope_fields(batch):
 
 def test_the_reference_and_every_correct_style_get_full_marks(batch):
     results, _, _ = batch
-    for name in ("reference", *(s.lower() for s in STYLES)):
+    for name in ("reference", "numpy_scale", *(s.lower() for s in STYLES)):
         result = results[name]
         assert result["score"] == result["max_score"] > 0, (name, [t["name"] for t in _failed(result)][:5])
 

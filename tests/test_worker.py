@@ -1,6 +1,7 @@
 """The grading worker: submissions run in forked children and every outcome comes back as data."""
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -661,3 +662,15 @@ def test_a_call_sent_ahead_that_hangs_or_dies_fails_as_itself_and_the_others_go_
     s.ahead("layer_norm", (-x,))
     s.call("causal_average", (-x,), timeout=1.0)
     assert s.call("layer_norm", (-x,), timeout=0.5).status == "timeout"  # its limit counts from the sending
+
+
+def test_a_submission_sees_a_fixed_environment_not_the_graders(submit, monkeypatch):
+    s = submit("""
+        import json, os
+        print(json.dumps(dict(os.environ)))
+    """)
+    seen = json.loads(s.output.strip().splitlines()[-1])
+    allowed = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "OMP_NUM_THREADS",
+               "MKL_NUM_THREADS", "HOME", "TMPDIR"}
+    assert {k for k in seen if not k.startswith("LC_")} <= allowed, sorted(seen)
+    assert seen["PATH"].split(os.pathsep) == [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]

@@ -35,7 +35,9 @@ from attention_core.grading.replies import (
     drain)
 
 WORKER = Path(__file__).with_name("worker.py")
-KEPT_ENVIRONMENT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
+KEPT_ENVIRONMENT = {"LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
+# A fixed PATH, not the grader's (whose folders would tell a submission about the grader's machine).
+CHILD_PATH = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
 ANSWERS_KEPT = 1 << 16  # bytes of a request up to which a submission's answer is kept for the same request
 REPLIES_KEPT = 1 << 16  # bytes of a reply up to which identical replies are decoded once per worker
 FIRST_READ = 1 << 16  # bytes a reply is first read into, before its header gives its size
@@ -69,7 +71,7 @@ class Worker:
         ours, theirs = socket.socketpair()
         # The server's environment is every child's (and readable in its /proc): only what torch needs.
         env = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PATH=CHILD_PATH)
         # Large blocks on transparent huge pages where the system offers them: a child touches a
         # hundred megabytes afresh (its arguments, its results), in 2 MiB faults instead of 4 KiB ones.
         env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1"]))
