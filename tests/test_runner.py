@@ -154,6 +154,17 @@ def test_a_full_comparison_reports_positions_in_row_major_order_and_its_worst_el
     assert torch.equal(dense_actual, actual) and torch.equal(dense_expected, expected) and shown.all()
 
 
+def test_tied_worst_elements_are_listed_in_index_order_from_the_one_the_report_names():
+    # A fully masked row read inverted: every element of it NaN, every difference infinite.
+    expected = torch.tril(torch.rand(8, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    actual = expected.clone()
+    actual[7] = float("nan")
+    mismatch = compare.compare_full(actual, expected)
+    assert mismatch.index == (7, 0) and "Greatest absolute difference: inf at index (7, 0)" in mismatch.message
+    table = mismatch.message.split("Worst elements")[1].splitlines()[2:]
+    assert [row.split(")")[0] + ")" for row in table[:8]] == [f"  (7, {j})" for j in range(8)]
+
+
 def test_a_large_expected_tensor_compared_again_after_it_changed_in_place_is_compared_as_it_is_now():
     expected = torch.rand(compare.LARGE, generator=torch.Generator().manual_seed(0))
     actual = expected.clone()

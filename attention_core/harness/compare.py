@@ -282,13 +282,21 @@ def _values_report(actual, expected, diff, allowed, bad, ratio, index):
         "Worst elements, by difference over allowance:",
         f"  {'index':<14}{'expected':>15}{'actual':>15}{'|diff|':>12}{'allowed':>12}",
     ]
-    for i in torch.topk(ratio, min(n_bad, MAX_TABLE_ROWS)).indices.tolist():
+    for i in _worst(ratio, min(n_bad, MAX_TABLE_ROWS)).tolist():
         shown_expected, shown_actual = _num_pair(expected[i], actual[i])
         lines.append(f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}"
                      f"{_num(diff[i]):>12}{_num(allowed[i]):>12}")
     if n_bad > MAX_TABLE_ROWS:
         lines.append(f"  ... and {n_bad - MAX_TABLE_ROWS} more")
     return "\n".join(lines)
+
+
+def _worst(ratio, k):
+    """The positions of the ``k`` largest ratios, largest first, ties in index order (as argmax picks the
+    first): the table's first row is the element the report's other lines and the pictures name."""
+    floor = torch.topk(ratio, k).values[-1]
+    tied = torch.nonzero(ratio >= floor).flatten()  # in index order
+    return tied[torch.sort(ratio[tied], descending=True, stable=True).indices[:k]]
 
 
 def _idx(row):
