@@ -173,6 +173,26 @@ def attention_with_k_T(q, k, v, mask=None, scale=None):
     return weights @ v, weights
 
 
+def attention_scaled_by_d_k(q, k, v, mask=None, scale=None):
+    scale = 1.0 / q.shape[-1] if scale is None else scale  # 1 / d_k: the square root forgotten
+    weights = _softmax(_scores(q, k, mask, scale))
+    return weights @ v, weights
+
+
+def attention_masked_with_zero(q, k, v, mask=None, scale=None):
+    if mask is not None and mask.dtype == torch.bool:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        scores = ((q @ k.transpose(-2, -1)) * scale).masked_fill(~mask, 0.0)  # a blocked key keeps exp(0)
+        weights = _softmax(scores)
+        return weights @ v, weights
+    weights = _softmax(_scores(q, k, mask, scale))
+    return weights @ v, weights
+
+
+def causal_average_divided_by_T(x):
+    return x.cumsum(dim=-2) / x.shape[-2]  # every row divided by T, not by its own count t + 1
+
+
 def layer_norm_unbiased(x, eps=1e-5):
     mean = x.mean(dim=-1, keepdim=True)
     return (x - mean) / torch.sqrt(x.var(dim=-1, keepdim=True) + eps)  # var divides by C - 1
@@ -273,6 +293,19 @@ MUTANTS = (
     Mutant("q_scaled_in_place", {"attention": attention_scaling_q_in_place},
            "q is scaled in place (q.mul_(scale)): the values are right but the caller's q is changed",
            "Scale out of place: scores = (q @ k.transpose(-2, -1)) * scale.", "side effect"),
+)
+
+MUTANTS += (
+    Mutant("scale_by_d_k", {"attention": attention_scaled_by_d_k},
+           "the default scale is 1 / d_k instead of 1 / sqrt(d_k): the square root is missing",
+           "Scale the scores by 1 / math.sqrt(d_k), d_k = q.shape[-1].", "values"),
+    Mutant("masked_with_zero", {"attention": attention_masked_with_zero},
+           "blocked scores are set to 0 instead of -inf, so a blocked key still gets weight exp(0)",
+           "Fill the blocked scores with float('-inf') (scores.masked_fill(~mask, float('-inf'))).", "values"),
+    Mutant("causal_average_divided_by_T", {"causal_average": causal_average_divided_by_T},
+           "the causal average divides every cumulative sum by T instead of by its own count: row t is "
+           "the sum of rows 0..t over T, not their mean",
+           "Divide row t's cumulative sum by t + 1 (torch.arange(1, T + 1)).", "values"),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
