@@ -146,6 +146,9 @@ def parse_printed(text, *, partial=False, complete=False):
         raise FieldError(quote(err.message, 200)[1:-1], line=max(err.line - lead, 1), column=err.column) from None
     if complete and (printed.elided or printed.partial):
         raise FieldError("an input must be printed in full: this text is elided or cut off")
+    if (printed.elided or printed.partial) and printed.values.numel() == 0:
+        raise FieldError("this print shows no element (only '...' or a cut-off start): it would check nothing; "
+                         "paste a print that shows values, or expect the shape alone ({shape: [...]})")
     return printed
 
 
