@@ -248,20 +248,6 @@ def test_a_reply_already_judged_for_a_check_gets_the_same_result_and_a_different
     assert wrong and any(no_scale.mistake in gc.diagnosis for gc in wrong)
 
 
-def test_a_check_whose_call_the_reference_cannot_make_is_worth_nothing_and_charged_to_no_one(tmp_path):
-    from tests.test_runner import _SHAPES_THAT_CANNOT_GO_THROUGH  # noqa: PLC0415
-    cases = tmp_path / "cases"
-    cases.mkdir()
-    (cases / "f.yaml").write_text(_SHAPES_THAT_CANNOT_GO_THROUGH, encoding="utf-8")
-    (tmp_path / "student.py").write_text(REFERENCE, encoding="utf-8")
-    with Grader(cases) as grader:
-        graded = grader.grade(tmp_path / "student.py")
-    [grade] = graded.grades  # not called: no backward check either
-    assert (grade.score, grade.max_score, graded.max_score) == (0.0, 0.0, 0.0)
-    assert grade.result.status.value == "case error"
-    assert "the reference core cannot run `attention` on these arguments either" in grade.result.message
-
-
 def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths(tmp_path, monkeypatch):
     course = tmp_path / "course-2026-private"
     (course / "cases").mkdir(parents=True)
@@ -276,3 +262,21 @@ def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths
         text = (elsewhere / "out" / "student" / written).read_text(encoding="utf-8")
         assert f"cases/{shipped.name}:" in text
         assert str(course) not in text and str(runner.default_cases_folder().parent) not in text, written
+
+
+@pytest.mark.parametrize(("case_file", "reason"), [
+    ("_SHAPES_THAT_CANNOT_GO_THROUGH", "the reference core cannot run `attention` on these arguments either"),
+    ("_RESULT_TOO_LARGE", "would return a result of"),
+])
+def test_a_check_no_implementation_could_pass_is_worth_nothing_and_charged_to_no_one(tmp_path, case_file, reason):
+    from tests import test_runner  # noqa: PLC0415
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "f.yaml").write_text(getattr(test_runner, case_file), encoding="utf-8")
+    (tmp_path / "student.py").write_text(REFERENCE, encoding="utf-8")
+    with Grader(cases) as grader:
+        graded = grader.grade(tmp_path / "student.py")
+    assert graded.grades and graded.max_score == 0.0  # not called: no backward check either
+    for grade in graded.grades:
+        assert (grade.result.status.value, grade.score, grade.max_score) == ("case error", 0.0, 0.0)
+        assert reason in grade.result.message

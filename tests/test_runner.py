@@ -253,6 +253,42 @@ _SHAPES_THAT_CANNOT_GO_THROUGH = (
     "        expect: {out: {shape: [3, 3]}}\n")
 
 
+_RESULT_TOO_LARGE = (
+    "document: {title: F}\ncases:\n  - id: c\n    seed: 0\n"
+    "    inputs: {q: {randn: [1, 16384, 64]}}\n"
+    "    checks:\n      - id: a\n        call: attention(q, q, q)\n"
+    "        expect: {output: {shape: [1, 16384, 64]}}\n"
+    "      - id: m\n        call: causal_mask(200000)\n        expect: {out: {shape: [200000, 200000]}}\n")
+
+
+def test_a_call_whose_result_would_be_too_large_to_check_is_a_case_error_before_anything_is_made(tmp_path):
+    (tmp_path / "f.yaml").write_text(_RESULT_TOO_LARGE, encoding="utf-8")
+    called = []
+
+    def attention(q, k, v, mask=None, scale=None):
+        called.append(q.shape)
+        raise AssertionError("not to be called")
+
+    for item in runner.collect(tmp_path):
+        for functions in (None, {"attention": attention, "causal_mask": attention}):
+            result = runner.run(item, functions=functions)
+            assert result.status is Status.CASE_ERROR and "would return a result of" in result.message, result.message
+    assert not called
+
+
+def test_the_bound_on_a_calls_result_holds_for_every_shipped_check_and_for_broadcast_masks():
+    preparation = runner.Preparation()
+    for item in GRADED:
+        name, args, kwargs = preparation.arguments(item, "cpu")
+        results = runner.REFERENCE[name](*args, **kwargs)
+        largest = max(r.numel() for r in (results if isinstance(results, tuple) else (results,)))
+        assert runner.result_bound(name, args, kwargs) >= largest, item.id
+    q, k, v = torch.zeros(1, 1, 5, 2), torch.zeros(3, 1, 7, 2), torch.zeros(1, 4, 7, 6)
+    mask = torch.ones(2, 1, 1, 1, 7, dtype=torch.bool)  # broadcast over a new leading axis
+    largest = max(r.numel() for r in reference.attention(q, k, v, mask=mask))
+    assert runner.result_bound("attention", (q, k, v), {"mask": mask}) >= largest == 2 * 3 * 4 * 5 * 6  # the output (2, 3, 4, 5, 6)
+
+
 def test_a_call_the_reference_core_cannot_make_either_is_a_case_error_not_the_implementations(tmp_path):
     (tmp_path / "f.yaml").write_text(_SHAPES_THAT_CANNOT_GO_THROUGH, encoding="utf-8")
     [item] = runner.collect(tmp_path)

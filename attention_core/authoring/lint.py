@@ -90,8 +90,12 @@ def dry_run(case):
             continue
         try:
             if check.kind == "call":
-                name, args, kwargs = check.expr.call_arguments(scope, functions=runner.REFERENCE, dtype=case.dtype)
-                result = runner.REFERENCE[name](*map(_meta, args), **{k: _meta(v) for k, v in kwargs.items()})
+                arguments = check.expr.call_arguments(scope, functions=runner.REFERENCE, dtype=case.dtype)
+                result = runner.meta_results(*arguments)
+                too_large = runner.too_large(check.expr.source, arguments)
+                if too_large:
+                    problems.append((check.line, f"check {check.id!r}: {too_large}"))
+                    continue
             else:
                 result = check.expr.evaluate(scope, dtype=case.dtype)
             values = scope | dict(zip(check.returns, result if len(check.returns) > 1 else (result,)))
@@ -107,10 +111,6 @@ def _shapes(parsed, scope):
     """`` with q (4, 3), k (4, 5)``: the shapes of the tensors an expression reads."""
     shapes = [f"{n} {_dims(scope[n].shape)}" for n in sorted(parsed.names) if isinstance(scope.get(n), torch.Tensor)]
     return f" with {', '.join(shapes)}" if shapes else ""
-
-
-def _meta(value):
-    return torch.empty_like(value, device="meta") if isinstance(value, torch.Tensor) else value
 
 
 def _shape_mismatches(check, values):

@@ -270,10 +270,11 @@ class Grader:
             functions.ahead(*call, keep=_read_results(item.check), reuse=item)
 
     def _case_refused(self, item):
-        """Why the reference core itself raises on the call ``item`` checks (its arguments' shapes
-        cannot go through: a mistake of the case file), once per check and batch; None where it runs."""
+        """Why the call ``item`` checks cannot be asked of anyone (a result too large to check, or
+        arguments the reference core itself raises on: a mistake of the case file), once per check
+        and batch; None where it runs."""
         call = None if item.error is not None else self._graded_call(item)
-        return None if call is None else self.preparation.refused(item, "cpu")
+        return None if call is None else self.preparation.oversized(item, "cpu") or self.preparation.refused(item, "cpu")
 
     def _graded_call(self, item):
         """(name, args, kwargs) of the call ``item`` checks; None where its arguments cannot be made

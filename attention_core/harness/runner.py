@@ -10,6 +10,8 @@ implementation under test, the reference core is run on the CPU to measure a che
 
 import contextlib
 import functools
+import inspect
+import math
 import os
 import traceback
 import warnings
@@ -21,7 +23,7 @@ import torch
 from attention_core import reference, spec
 from attention_core.harness import compare, tolerance
 from attention_core.harness.cases import load_folder
-from attention_core.harness.expr import Budget, ExprError
+from attention_core.harness.expr import MAX_ELEMENTS, Budget, ExprError
 from attention_core.harness.fields import MAX_CASE_ELEMENTS
 from attention_core.harness.inputs import has_rounded_inputs, materialise
 from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
@@ -149,6 +151,12 @@ class Preparation:
         return self._once(("refused", item, device),
                           lambda: reference_refuses(item.check.expr.source, self.arguments(item, device)))
 
+    def oversized(self, item, device):
+        """Why the graded call of ``item`` would return a result too large to check (see
+        :func:`too_large`); None where its results fit or it cannot be told. Asked once per check."""
+        return self._once(("oversized", item, device),
+                          lambda: too_large(item.check.expr.source, self.arguments(item, device)))
+
     def _once(self, key, make):
         if key not in self._made:
             self._made[key] = make()
@@ -215,6 +223,9 @@ def _run(item, functions, device, header, preparation, judge):
         outputs = values = judge
     else:
         arguments = _prepared_arguments(item, device, preparation) if isinstance(check, CallCheck) else None
+        oversized = preparation.oversized(item, device) if arguments is not None else None
+        if oversized:  # told before anything that large is made
+            raise _Stop(Status.CASE_ERROR, oversized)
         try:
             outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
         except _Stop as stop:
@@ -320,6 +331,75 @@ def reference_refuses(source, arguments):
         return (f"`{source}`: the reference core cannot run `{name}` on these arguments either "
                 f"({type(err).__name__}: {shorten(str(err), 200)}): a mistake of the case")
     return None
+
+
+def meta_results(name, args, kwargs):
+    """The reference core's results of a call on the ``meta`` device: shapes and dtypes, no storage
+    (a function that makes a tensor from sizes alone, such as ``causal_mask``, makes it there too)."""
+    function = REFERENCE[name]
+    bound = inspect.signature(function).bind(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
+    if "device" in inspect.signature(function).parameters:
+        bound.arguments["device"] = "meta"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return function(*bound.args, **bound.kwargs)
+
+
+def too_large(source, arguments):
+    """Why the call ``source`` with ``arguments`` (name, args, kwargs) would return a result of more than
+    :data:`MAX_ELEMENTS` elements (its shapes found on the ``meta`` device): a mistake of the case, told
+    before anything is allocated. None where every result fits, or where it cannot be told."""
+    name, args, kwargs = arguments
+    if name not in REFERENCE:
+        return None
+    bound = result_bound(name, args, kwargs)
+    if bound is not None and bound <= MAX_ELEMENTS:
+        return None
+    try:
+        results = meta_results(name, args, kwargs)
+    except Exception:  # noqa: BLE001 (shapes that cannot go through: the run itself reports them)
+        return None
+    for result in results if isinstance(results, (tuple, list)) else (results,):
+        if isinstance(result, torch.Tensor) and result.numel() > MAX_ELEMENTS:
+            return (f"`{source}` would return a result of {result.numel()} elements (shape {list(result.shape)}); "
+                    f"a check's result may hold at most {MAX_ELEMENTS}: a mistake of the case (smaller inputs)")
+    return None
+
+
+def result_bound(name, args, kwargs):
+    """At least as many elements as the largest result of the spec function ``name`` holds on these
+    arguments, from their shapes alone (the meta device, which tells them exactly, costs a second
+    of imports the first time it is used); None where the arguments do not tell it."""
+    try:
+        bound = inspect.signature(REFERENCE[name]).bind(*args, **kwargs)
+        a = bound.arguments
+        sizes = [t.numel() for t in a.values() if isinstance(t, torch.Tensor)]
+        if name == "causal_mask":
+            return int(a["T"]) ** 2
+        if name == "attention":
+            q, k, v, mask = a["q"], a["k"], a["v"], a.get("mask")
+            extra = [mask.shape[:-2]] if isinstance(mask, torch.Tensor) and mask.ndim >= 2 else []
+            lead = _broadcast_elements(q.shape[:-2], k.shape[:-2], v.shape[:-2], *extra)
+            return max(lead * q.shape[-2] * max(k.shape[-2], v.shape[-1]), *sizes)
+        if name == "multi_head_attention":
+            x, heads = a["x"], int(a["n_heads"])
+            lead = math.prod(x.shape[:-2])
+            return max(lead * heads * x.shape[-2] ** 2, lead * x.shape[-2] * a["w_v"].shape[-1], *sizes)
+        return max(sizes, default=0)  # the others: a result as large as the input
+    except Exception:  # noqa: BLE001 (malformed: the meta device tells)
+        return None
+
+
+def _broadcast_elements(*shapes):
+    """The elements of the shapes broadcast together (the largest size of each axis, counted from
+    the right; torch.broadcast_shapes imports symbolic shapes on first use)."""
+    longest = max((len(s) for s in shapes), default=0)
+    return math.prod(max((s[len(s) - longest + i] for s in shapes if len(s) - longest + i >= 0), default=1)
+                     for i in range(longest))
+
+
+def _meta(value):
+    return torch.empty_like(value, device="meta") if isinstance(value, torch.Tensor) else value
 
 
 def _copy(value):
