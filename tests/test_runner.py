@@ -8,7 +8,7 @@ import torch
 
 from attention_core import reference, spec
 from attention_core.cli import main
-from attention_core.harness import compare, runner
+from attention_core.harness import compare, refusals, runner
 from attention_core.harness.results import Failure, Status
 
 ITEMS = [i for i in runner.collect(runner.default_cases_folder()) if i.error is None]
@@ -282,11 +282,11 @@ def test_the_bound_on_a_calls_result_holds_for_every_shipped_check_and_for_broad
         name, args, kwargs = preparation.arguments(item, "cpu")
         results = runner.REFERENCE[name](*args, **kwargs)
         largest = max(r.numel() for r in (results if isinstance(results, tuple) else (results,)))
-        assert runner.result_bound(name, args, kwargs) >= largest, item.id
+        assert refusals.result_bound(name, args, kwargs) >= largest, item.id
     q, k, v = torch.zeros(1, 1, 5, 2), torch.zeros(3, 1, 7, 2), torch.zeros(1, 4, 7, 6)
     mask = torch.ones(2, 1, 1, 1, 7, dtype=torch.bool)  # broadcast over a new leading axis
     largest = max(r.numel() for r in reference.attention(q, k, v, mask=mask))
-    assert runner.result_bound("attention", (q, k, v), {"mask": mask}) >= largest == 2 * 3 * 4 * 5 * 6  # the output (2, 3, 4, 5, 6)
+    assert refusals.result_bound("attention", (q, k, v), {"mask": mask}) >= largest == 2 * 3 * 4 * 5 * 6  # the output (2, 3, 4, 5, 6)
 
 
 def test_a_call_the_reference_core_cannot_make_either_is_a_case_error_not_the_implementations(tmp_path):

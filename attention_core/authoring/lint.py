@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from attention_core.harness import runner
+from attention_core.harness import refusals, runner
 from attention_core.harness.cases import find_case_files, load_file, shown_path
 from attention_core.harness.inputs import InputError, materialise
 from attention_core.harness.model import waiting
@@ -91,8 +91,8 @@ def dry_run(case):
         try:
             if check.kind == "call":
                 arguments = check.expr.call_arguments(scope, functions=runner.REFERENCE, dtype=case.dtype)
-                result = runner.meta_results(*arguments)
-                too_large = runner.too_large(check.expr.source, arguments)
+                result = refusals.meta_results(*arguments)
+                too_large = refusals.too_large(check.expr.source, arguments)
                 if too_large:
                     problems.append((check.line, f"check {check.id!r}: {too_large}"))
                     continue

@@ -10,28 +10,24 @@ implementation under test, the reference core is run on the CPU to measure a che
 
 import contextlib
 import functools
-import inspect
-import math
 import os
 import traceback
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from attention_core import reference, spec
 from attention_core.harness import compare, tolerance
 from attention_core.harness.cases import load_folder
-from attention_core.harness.expr import MAX_ELEMENTS, Budget, ExprError
+from attention_core.harness.expr import Budget, ExprError
 from attention_core.harness.fields import MAX_CASE_ELEMENTS
 from attention_core.harness.inputs import has_rounded_inputs, materialise
 from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
                                           ValuesExpectation, waiting)
+from attention_core.harness.refusals import REFERENCE, copied, reference_refuses, too_large
 from attention_core.harness.results import CallFailed, Failure, Result, Status
-from attention_core.harness.text import escape, shorten
+from attention_core.harness.text import escape
 
-REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cache key
@@ -298,7 +294,7 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
                                                f"{_describe(err)}") from None
         name, args, kwargs = arguments
         if not getattr(functions, "isolated", False):  # an in-process call may write into its inputs
-            args, kwargs = [_copy(a) for a in args], {k: _copy(v) for k, v in kwargs.items()}
+            args, kwargs = [copied(a) for a in args], {k: copied(v) for k, v in kwargs.items()}
         result = _call_implementation(functions, name, args, kwargs)
         _check_dtypes(result, check.returns, args, kwargs)
     else:
@@ -313,97 +309,6 @@ def _call(check, expression, scope, functions, device, dtype, arguments=None):
         raise _WrongResult("type", f"`{expression.source}` must return {len(check.returns)} values "
                                    f"({', '.join(check.returns)}), got {got}")
     return dict(zip(check.returns, result))
-
-
-def reference_refuses(source, arguments):
-    """Why the reference core raises on the call ``source`` with ``arguments`` (name, args, kwargs):
-    shapes that cannot go through it, a mistake of the case, which no implementation should be
-    charged with. None where it runs."""
-    name, args, kwargs = arguments
-    function = REFERENCE.get(name)
-    if function is None:
-        return None
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            function(*[_copy(a) for a in args], **{k: _copy(v) for k, v in kwargs.items()})
-    except Exception as err:  # noqa: BLE001
-        return (f"`{source}`: the reference core cannot run `{name}` on these arguments either "
-                f"({type(err).__name__}: {shorten(str(err), 200)}): a mistake of the case")
-    return None
-
-
-def meta_results(name, args, kwargs):
-    """The reference core's results of a call on the ``meta`` device: shapes and dtypes, no storage
-    (a function that makes a tensor from sizes alone, such as ``causal_mask``, makes it there too)."""
-    function = REFERENCE[name]
-    bound = inspect.signature(function).bind(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
-    if "device" in inspect.signature(function).parameters:
-        bound.arguments["device"] = "meta"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return function(*bound.args, **bound.kwargs)
-
-
-def too_large(source, arguments):
-    """Why the call ``source`` with ``arguments`` (name, args, kwargs) would return a result of more than
-    :data:`MAX_ELEMENTS` elements (its shapes found on the ``meta`` device): a mistake of the case, told
-    before anything is allocated. None where every result fits, or where it cannot be told."""
-    name, args, kwargs = arguments
-    if name not in REFERENCE:
-        return None
-    bound = result_bound(name, args, kwargs)
-    if bound is not None and bound <= MAX_ELEMENTS:
-        return None
-    try:
-        results = meta_results(name, args, kwargs)
-    except Exception:  # noqa: BLE001 (shapes that cannot go through: the run itself reports them)
-        return None
-    for result in results if isinstance(results, (tuple, list)) else (results,):
-        if isinstance(result, torch.Tensor) and result.numel() > MAX_ELEMENTS:
-            return (f"`{source}` would return a result of {result.numel()} elements (shape {list(result.shape)}); "
-                    f"a check's result may hold at most {MAX_ELEMENTS}: a mistake of the case (smaller inputs)")
-    return None
-
-
-def result_bound(name, args, kwargs):
-    """At least as many elements as the largest result of the spec function ``name`` holds on these
-    arguments, from their shapes alone (the meta device, which tells them exactly, costs a second
-    of imports the first time it is used); None where the arguments do not tell it."""
-    try:
-        bound = inspect.signature(REFERENCE[name]).bind(*args, **kwargs)
-        a = bound.arguments
-        sizes = [t.numel() for t in a.values() if isinstance(t, torch.Tensor)]
-        if name == "causal_mask":
-            return int(a["T"]) ** 2
-        if name == "attention":
-            q, k, v, mask = a["q"], a["k"], a["v"], a.get("mask")
-            extra = [mask.shape[:-2]] if isinstance(mask, torch.Tensor) and mask.ndim >= 2 else []
-            lead = _broadcast_elements(q.shape[:-2], k.shape[:-2], v.shape[:-2], *extra)
-            return max(lead * q.shape[-2] * max(k.shape[-2], v.shape[-1]), *sizes)
-        if name == "multi_head_attention":
-            x, heads = a["x"], int(a["n_heads"])
-            lead = math.prod(x.shape[:-2])
-            return max(lead * heads * x.shape[-2] ** 2, lead * x.shape[-2] * a["w_v"].shape[-1], *sizes)
-        return max(sizes, default=0)  # the others: a result as large as the input
-    except Exception:  # noqa: BLE001 (malformed: the meta device tells)
-        return None
-
-
-def _broadcast_elements(*shapes):
-    """The elements of the shapes broadcast together (the largest size of each axis, counted from
-    the right; torch.broadcast_shapes imports symbolic shapes on first use)."""
-    longest = max((len(s) for s in shapes), default=0)
-    return math.prod(max((s[len(s) - longest + i] for s in shapes if len(s) - longest + i >= 0), default=1)
-                     for i in range(longest))
-
-
-def _meta(value):
-    return torch.empty_like(value, device="meta") if isinstance(value, torch.Tensor) else value
-
-
-def _copy(value):
-    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def _call_implementation(functions, name, args, kwargs):
