@@ -290,7 +290,8 @@ def test_an_unreadable_file_or_a_folder_named_yaml_fails_alone(tmp_path):
     (tmp_path / "d_folder.yaml").mkdir()
     items = runner.collect(tmp_path)
     outcome = {item.id: runner.run(item) for item in items}
-    assert sorted(outcome) == ["a_good/good/double", "b_bytes/invalid", "c_deep/invalid"]
+    assert sorted(outcome) == ["a_good/good/double", "b_bytes/invalid", "c_deep/invalid", "d_folder/invalid"]
+    assert "d_folder.yaml:1: the file could not be read: it is a folder" in outcome["d_folder/invalid"].report
     assert outcome["a_good/good/double"].passed
     assert "b_bytes.yaml:1:19: the file is not UTF-8 text: byte 0xff" in outcome["b_bytes/invalid"].report
     assert "c_deep.yaml:1:103: the YAML nests deeper than 100 levels" in outcome["c_deep/invalid"].report

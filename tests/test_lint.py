@@ -5,6 +5,7 @@ its first line where lint must find it: ``# lint: LINE:COL: SEVERITY: words of t
 """
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,23 @@ def test_check_exits_1_while_an_expectation_is_pending_and_counts_it(tmp_path):
     (tmp_path / "draft.yaml").write_text((CORPUS / "pending.yaml").read_text(encoding="utf-8")
                                          .replace("            pending: true\n", ""), encoding="utf-8")
     assert cli.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 0  # the mark removed: a passing check
+
+
+def test_every_yaml_entry_of_a_folder_is_loaded_or_fails_with_its_reason_never_skipped(tmp_path):
+    (tmp_path / "fine.yml").write_text((CORPUS / "ragged_rows.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "dangling.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    (tmp_path / "folder.yaml").mkdir()
+    (tmp_path / "device.yaml").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo.yaml")  # read, it would block: refused unopened
+    (tmp_path / ".hidden.yaml").symlink_to(tmp_path / "nowhere.yaml")  # an editor's lock: left alone
+    reasons = {"dangling": "a link that leads nowhere", "loop": "a link loop", "folder": "it is a folder",
+               "device": "it is a device", "fifo": "it is a FIFO"}
+    status, lines = _lint(tmp_path)
+    assert status == 1 and lines[-1] == f"{len(reasons) + 1} errors, 0 warnings"
+    for name, reason in reasons.items():
+        assert any(line.startswith(f"{tmp_path}/{name}.yaml:1:1: error: ") and reason in line for line in lines), name
+    assert any(line.startswith(f"{tmp_path}/fine.yml:12:10: error: input 'a': ragged list") for line in lines)
+    items = runner.collect(tmp_path)
+    assert {i.file.name for i in items if i.error is not None} == {*reasons, "fine"}
+    assert [i.id for i in items if i.error is None] == ["fine/fine/doubled"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from attention_core.harness import refusals, runner
+from attention_core.harness import refusals, runner, yaml_lines
 from attention_core.harness.cases import find_case_files, load_file, shown_path
 from attention_core.harness.inputs import InputError, materialise
 from attention_core.harness.model import waiting
@@ -41,7 +41,7 @@ def lint(paths, *, default_folder=None):
     for path in map(Path, paths or [default_folder]):
         files = find_case_files(path) if path.is_dir() else [path]
         if path.is_dir() and not files:
-            findings.append(Finding(str(path), 1, 1, "error", "no case files (*.yaml) in this folder"))
+            findings.append(Finding(str(path), 1, 1, "error", "no case files (*.yaml, *.yml) in this folder"))
         for file in files:
             findings += lint_file(file)
     return findings
@@ -50,7 +50,7 @@ def lint(paths, *, default_folder=None):
 def lint_file(path):
     """The findings of one case file: load errors, then each loaded case's dry run and drafts."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return [Finding(str(path), 1, 1, "error", "no such file")]
     case_file = load_file(path)
     lines = _lines(path)
@@ -143,9 +143,9 @@ def _dims(shape):
 
 
 def _lines(path):
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").split("\n")
-    except OSError:
+    try:  # as loading reads it: a plain file only, never blocking on a FIFO
+        return yaml_lines.read_bytes(path, str(path)).decode("utf-8", errors="replace").split("\n")
+    except yaml_lines.CaseError:
         return []
 
 

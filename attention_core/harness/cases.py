@@ -36,8 +36,11 @@ class CaseFile:
 
 
 def find_case_files(folder):
-    """The case files of ``folder``, sorted by name."""
-    return sorted(p for p in Path(folder).glob("*.yaml") if p.is_file())
+    """The case files of ``folder`` (``*.yaml`` and ``*.yml``, hidden ones left out), sorted by name.
+
+    Every entry so named is one: a folder, a FIFO or a broken link among them fails to load with
+    its reason, rather than being passed over in silence."""
+    return sorted(p for p in Path(folder).iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith("."))
 
 
 def clear_caches():
@@ -104,9 +107,9 @@ def load_file(path, shown=None):
 
 def shown_path(path):
     """``path`` relative to the working folder where it lies inside it, as file:line messages show it."""
-    try:
-        return path.resolve().relative_to(Path.cwd())
-    except ValueError:
+    try:  # the folder resolved, not the file: a link is shown by its own name (and may lead nowhere)
+        return (path.absolute().parent.resolve() / path.name).relative_to(Path.cwd())
+    except (ValueError, OSError, RuntimeError):
         return path
 
 

@@ -5,7 +5,10 @@ for the whole document (an alias nest of a few lines can stand for billions), an
 problem of reading, PyYAML's own constructors included, is a :class:`CaseError` at a line.
 """
 
+import errno
+import os
 import re
+import stat
 
 import yaml
 
@@ -257,12 +260,7 @@ MAX_DEPTH = 100  # levels of nested lists and mappings; a case file needs a hand
 
 def read(path, shown):
     """The YAML of the file ``path`` as Map, Seq and scalars; raises :class:`CaseError` at ``shown``."""
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise CaseError(shown, 1, f"the file is {path.stat().st_size} bytes; the limit is {MAX_BYTES}")
-        data = path.read_bytes()
-    except OSError as err:
-        raise CaseError(shown, 1, f"the file could not be read: {type(err).__name__}: {shorten(str(err))}") from None
+    data = read_bytes(path, shown)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -274,6 +272,34 @@ def read(path, shown):
         return parse(text)
     except CaseError as err:
         raise err.at(shown) from None
+
+
+def read_bytes(path, shown):
+    """The bytes of a plain file at ``path`` (through links), opened without blocking (a FIFO put in
+    its place is refused, not waited on) and at most :data:`MAX_BYTES` of them."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        why = "a link that leads nowhere" if path.is_symlink() and isinstance(err, FileNotFoundError) else \
+            "a link loop" if err.errno == errno.ELOOP else f"{type(err).__name__}: {shorten(str(err))}"
+        raise CaseError(shown, 1, f"the file could not be read: {why}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = "a folder" if stat.S_ISDIR(status.st_mode) else "a FIFO" if stat.S_ISFIFO(status.st_mode) \
+                else "a device" if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode) else "no plain file"
+            raise CaseError(shown, 1, f"the file could not be read: it is {kind}; a case file is a plain file")
+        if status.st_size > MAX_BYTES:
+            raise CaseError(shown, 1, f"the file is {status.st_size} bytes; the limit is {MAX_BYTES}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as err:
+        raise CaseError(shown, 1, f"the file could not be read: {type(err).__name__}: {shorten(str(err))}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:  # it grew while read
+        raise CaseError(shown, 1, f"the file is over {MAX_BYTES} bytes, the limit")
+    return data
 
 
 def parse(text):
