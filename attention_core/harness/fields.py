@@ -194,9 +194,9 @@ def literal(value):
     if kinds <= {int, float}:
         integral = float not in kinds
     else:
-        bad = next((v for v in flat if not isinstance(v, (int, float)) or isinstance(v, bool)), None)
-        if bad is not None:
-            raise FieldError(f"expected numbers, found {quote(bad)}")
+        bad = [v for v in flat if not isinstance(v, (int, float)) or isinstance(v, bool)]
+        if bad:  # (a null among them is one too: no sentinel can be mistaken for it)
+            raise FieldError(f"expected numbers, found {'null' if bad[0] is None else quote(bad[0])}")
         integral = all(isinstance(v, int) for v in flat)
     try:
         if flat and integral:
