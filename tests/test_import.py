@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 import torch
 
 from attention_core import cli
@@ -157,3 +158,12 @@ def test_an_existing_file_is_not_replaced_without_force(tmp_path, capsys):
     assert cli.main(["import", str(tmp_path / "n.ipynb"), "--out", str(tmp_path / "out.yaml")]) == 2
     assert (tmp_path / "out.yaml").read_text(encoding="utf-8") == "mine\n"
     assert "exists: give --force to replace it" in capsys.readouterr().err
+
+
+def test_a_cell_whose_prints_name_a_floating_dtype_drafts_a_case_of_that_dtype(tmp_path):
+    export = tmp_path / "nb.txt"
+    export.write_text("In [1]:\nx.softmax(-1)\n\ntensor([0.2689, 0.7311], dtype=torch.float64)\n\n"
+                      "In [2]:\ny.softmax(-1)\n\ntensor([0.2689, 0.7311])\n", encoding="utf-8")
+    _import(export, tmp_path / "draft.yaml")
+    cases = yaml.safe_load((tmp_path / "draft.yaml").read_text(encoding="utf-8"))["cases"]
+    assert [case.get("dtype") for case in cases] == ["float64", None]  # unnamed: torch's default, float32

@@ -54,8 +54,11 @@ def draft(cells, *, title, what, name):
 
 def _case(cell, case_id):
     lines = [f"  # {cell.label}:\n"] + [f"  #     {line}".rstrip() + "\n" for line in cell.source.split("\n")]
-    lines += [f"  - id: {case_id}\n", f"    source: {{cell: {_quoted(cell.label)}}}\n",
-              "    inputs: {}  # what the cell computes from\n", "    checks:\n"]
+    lines += [f"  - id: {case_id}\n", f"    source: {{cell: {_quoted(cell.label)}}}\n"]
+    named = {m for p in cell.prints for m in _FLOATING_DTYPE.findall(p.text)}
+    if len(named) == 1:  # torch names a floating dtype only where it is not the default float32
+        lines.append(f"    dtype: {named.pop()}  # the dtype the cell's prints name\n")
+    lines += ["    inputs: {}  # what the cell computes from\n", "    checks:\n"]
     names, used = _check_names(cell), set()
     for print_, name in zip(cell.prints, names):
         lines += [f"      - id: {_unique(name, used)}\n", f"        pending: {_quoted(PENDING_CHECK)}\n",
@@ -68,6 +71,9 @@ def _case(cell, case_id):
         lines.append("            printed: |\n")
         lines += [f"              {line}".rstrip() + "\n" for line in print_.text.rstrip("\n").split("\n")]
     return "".join(lines) + "\n"
+
+
+_FLOATING_DTYPE = re.compile(r"dtype=torch\.(float64|float16|bfloat16)\b")
 
 
 def _check_names(cell):

@@ -103,7 +103,7 @@ def dry_run(case):
             problems.append((check.line, f"check {check.id!r}: `{shorten(check.expr.source, 80)}` cannot run"
                                          f"{_shapes(check.expr, scope)}: {shorten(_text(err), 300)}"))
             continue
-        problems += _shape_mismatches(check, values)
+        problems += _shape_mismatches(check, values, case.dtype)
     return problems
 
 
@@ -113,13 +113,26 @@ def _shapes(parsed, scope):
     return f" with {', '.join(shapes)}" if shapes else ""
 
 
-def _shape_mismatches(check, values):
+def _shape_mismatches(check, values, case_dtype):
+    """Where an expectation's shape, number of dimensions or printed dtype is not what the dry run gives."""
     problems = []
     for e in check.expectations:
         value, shape = values.get(e.target), expected_shape(e)
-        if isinstance(value, torch.Tensor) and shape is not None and tuple(value.shape) != shape:
+        if not isinstance(value, torch.Tensor):
+            continue
+        gives = f"`{shorten(check.expr.source, 80)}` gives"
+        printed = e.printed if e.kind == "printed" else None
+        if shape is not None and tuple(value.shape) != shape:
             problems.append((e.line, f"the expectation for {e.target!r} has shape {_dims(shape)}, but "
-                                     f"`{shorten(check.expr.source, 80)}` gives {_dims(value.shape)}"))
+                                     f"{gives} {_dims(value.shape)}"))
+        elif printed is not None and shape is None and printed.ndim != value.ndim:
+            problems.append((e.line, f"the expectation for {e.target!r} prints {printed.ndim} dimensions, but "
+                                     f"{gives} {value.ndim} ({_dims(value.shape)})"))
+        elif printed is not None and printed.dtype and printed.dtype != str(value.dtype).removeprefix("torch."):
+            hint = (f"; if the document computed in {printed.dtype}, set `dtype: {printed.dtype}` on the case "
+                    f"(it is {str(case_dtype).removeprefix('torch.')})" if value.is_floating_point() else "")
+            problems.append((e.line, f"the expectation for {e.target!r} prints dtype=torch.{printed.dtype}, but "
+                                     f"{gives} {value.dtype}{hint}"))
     return problems
 
 
