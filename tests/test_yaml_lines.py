@@ -58,3 +58,14 @@ def test_a_plain_numbers_text_is_read_again_wherever_it_stands():
     assert yaml_lines.parse("a: 017\nb: '017'\nc: 017\n") == {"a": 15, "b": "017", "c": 15}  # YAML 1.1 octal
     with pytest.raises(CaseError, match="cannot read '0x_' as !!int"):
         yaml_lines.parse("a: 1\nb: 0x_\n")
+
+
+@pytest.mark.parametrize(("text", "line", "column", "shown"), [
+    ("document: {title: a}\ncases:\n  - id: x\x1b[31m\n", 3, 10, "\\x1b (U+001B)"),
+    ('document: {title: "ab\x00c"}\n', 1, 22, "\\x00 (U+0000)"),
+])
+def test_a_character_yaml_does_not_allow_is_named_escaped_at_its_line_and_column(text, line, column, shown):
+    with pytest.raises(CaseError) as err:
+        yaml_lines.parse(text)
+    assert (err.value.line, err.value.column) == (line, column)
+    assert err.value.message == f"the character {shown} is not allowed in YAML: remove it"

@@ -316,6 +316,11 @@ def parse(text):
         problem = " ".join(p for p in (err.context and err.context + where, err.problem) if p)
         raise CaseError(None, mark.line + 1 if mark else 1, f"YAML syntax error: {escape(problem)}",
                         column=mark.column + 1 if mark else None) from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow, at its position in the text
+        before = text[:err.position]
+        line, column = before.count("\n") + 1, err.position - (before.rfind("\n") + 1) + 1
+        raise CaseError(None, line, f"the character {escape(chr(err.character))} (U+{err.character:04X}) is not "
+                                    f"allowed in YAML: remove it", column=column) from None
     except yaml.YAMLError as err:
         raise CaseError(None, 1, f"YAML error: {shorten(str(err))}") from None
     except RecursionError:
