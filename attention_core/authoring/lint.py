@@ -92,7 +92,7 @@ def dry_run(case):
             if check.kind == "call":
                 arguments = check.expr.call_arguments(scope, functions=runner.REFERENCE, dtype=case.dtype)
                 result = refusals.meta_results(*arguments)
-                too_large = refusals.too_large(check.expr.source, arguments)
+                too_large = refusals.results_too_large(check.expr.source, result)
                 if too_large:
                     problems.append((check.line, f"check {check.id!r}: {too_large}"))
                     continue

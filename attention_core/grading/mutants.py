@@ -181,11 +181,10 @@ def attention_scaled_by_d_k(q, k, v, mask=None, scale=None):
 
 def attention_masked_with_zero(q, k, v, mask=None, scale=None):
     if mask is not None and mask.dtype == torch.bool:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        scores = ((q @ k.transpose(-2, -1)) * scale).masked_fill(~mask, 0.0)  # a blocked key keeps exp(0)
-        weights = _softmax(scores)
-        return weights @ v, weights
-    weights = _softmax(_scores(q, k, mask, scale))
+        scores = _scores(q, k, None, scale).masked_fill(~mask, 0.0)  # a blocked key keeps exp(0)
+    else:
+        scores = _scores(q, k, mask, scale)
+    weights = _softmax(scores)
     return weights @ v, weights
 
 
@@ -293,9 +292,6 @@ MUTANTS = (
     Mutant("q_scaled_in_place", {"attention": attention_scaling_q_in_place},
            "q is scaled in place (q.mul_(scale)): the values are right but the caller's q is changed",
            "Scale out of place: scores = (q @ k.transpose(-2, -1)) * scale.", "side effect"),
-)
-
-MUTANTS += (
     Mutant("scale_by_d_k", {"attention": attention_scaled_by_d_k},
            "the default scale is 1 / d_k instead of 1 / sqrt(d_k): the square root is missing",
            "Scale the scores by 1 / math.sqrt(d_k), d_k = q.shape[-1].", "values"),

@@ -38,8 +38,9 @@ def meta_results(name, args, kwargs):
     """The reference core's results of a call on the ``meta`` device: shapes and dtypes, no storage
     (a function that makes a tensor from sizes alone, such as ``causal_mask``, makes it there too)."""
     function = REFERENCE[name]
-    bound = inspect.signature(function).bind(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
-    if "device" in inspect.signature(function).parameters:
+    signature = inspect.signature(function)
+    bound = signature.bind(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
+    if "device" in signature.parameters:
         bound.arguments["device"] = "meta"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -60,6 +61,12 @@ def too_large(source, arguments):
         results = meta_results(name, args, kwargs)
     except Exception:  # noqa: BLE001 (shapes that cannot go through: the run itself reports them)
         return None
+    return results_too_large(source, results)
+
+
+def results_too_large(source, results):
+    """Why ``results`` (of the call ``source``, on any device, ``meta`` included) hold a result of more
+    than :data:`MAX_ELEMENTS` elements; None where every one fits."""
     for result in results if isinstance(results, (tuple, list)) else (results,):
         if isinstance(result, torch.Tensor) and result.numel() > MAX_ELEMENTS:
             return (f"`{source}` would return a result of {result.numel()} elements (shape {list(result.shape)}); "

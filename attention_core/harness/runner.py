@@ -29,7 +29,6 @@ from attention_core.harness.results import CallFailed, Failure, Result, Status
 from attention_core.harness.text import escape
 
 
-
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cache key
 class CheckItem:
     """One check of one case."""
@@ -84,13 +83,12 @@ def locations_relative_to(folder):
 
 
 def _shown(path):
-    return _shown_from(path, _SHOWN_FROM[-1] if _SHOWN_FROM else Path(os.getcwd()))
+    cwd = Path(os.getcwd())
+    return _shown_from(path if path.is_absolute() else cwd / path, _SHOWN_FROM[-1] if _SHOWN_FROM else cwd)
 
 
 @functools.lru_cache(maxsize=4096)
 def _shown_from(path, root):
-    if not path.is_absolute():
-        path = Path(os.getcwd()) / path
     if path.is_relative_to(root):
         path = path.relative_to(root)
     return escape(path)  # a file's name may hold control characters
