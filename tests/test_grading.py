@@ -248,6 +248,24 @@ def test_a_reply_already_judged_for_a_check_gets_the_same_result_and_a_different
     assert wrong and any(no_scale.mistake in gc.diagnosis for gc in wrong)
 
 
+def test_grading_a_batch_one_ahead_gives_each_submission_what_grading_it_alone_gives(tmp_path):
+    no_scale = next(m for m in mutants.MUTANTS if m.name == "no_scale")
+    files = {"a.py": REFERENCE, "b.py": "raise ImportError('no')\n", "c.py": mutants.submission_source(no_scale),
+             "two/x.py": REFERENCE, "two/y.py": REFERENCE}  # a folder with no single entry: not opened
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    paths = [tmp_path / "a.py", tmp_path / "two", tmp_path / "b.py", tmp_path / "c.py"]
+    with Grader() as grader:
+        each = list(grader.grade_each(iter(paths)))
+        alone = [grader.grade(p) for p in paths]
+    assert [g.path for g in each] == paths
+    assert [(g.score, g.note, [x.score for x in g.grades]) for g in each] == \
+           [(g.score, g.note, [x.score for x in g.grades]) for g in alone]
+    assert each[0].score == each[0].max_score and 0 < each[3].score < each[3].max_score
+    assert "could not be opened" in each[1].note and "could not be imported" in each[2].note
+
+
 def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths(tmp_path, monkeypatch):
     course = tmp_path / "course-2026-private"
     (course / "cases").mkdir(parents=True)

@@ -164,6 +164,17 @@ def test_an_import_that_hangs_is_an_import_error(submit, worker):
     assert s.pid is None
 
 
+def test_a_submission_set_up_ahead_runs_nothing_until_started(submit):
+    s = submit("import time\nimport torch\nIMPORTED = time.time()\n\n"
+               "def causal_average(x):\n    return torch.tensor([IMPORTED], dtype=torch.float64)\n", start=False)
+    assert s.status is None and s.pid is not None  # its process is there, its sandbox built
+    time.sleep(0.5)
+    before = time.time()
+    outcome = s.call("causal_average", (torch.ones(1),))  # the first call starts it
+    assert s.status == "ok" and outcome.status == "ok"
+    assert outcome.value.item() >= before  # imported only when told to, not when set up
+
+
 def test_memory_beyond_the_cap_cannot_be_had(submit):
     s = submit("import torch\n\ndef causal_average(x):\n    return torch.empty(2**31)  # 8 GiB, never touched\n")
     outcome = s.call("causal_average", (torch.ones(1),))

@@ -2,16 +2,18 @@
 
 With ``--jobs N`` (N > 1) the batch is graded by N grader processes, each with its own worker
 server: a grader's own work (evaluating, comparing, drawing) is Python that one process runs on
-one core at a time. Each writes its submissions' files and sends back their scores alone.
+one core at a time. They take submissions from one queue; each writes its submissions' files and
+sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
 """
 
+import collections
 import ctypes
 import gc
 import multiprocessing
+import queue
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import traceback
 from dataclasses import dataclass, field
-from multiprocessing import util
 
 from tqdm import tqdm
 
@@ -46,8 +48,8 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
             with Grader(cases, **options) as grader:
                 _freeze()  # this may be the caller's own process: undone below, and malloc left alone
                 try:
-                    for path, name in zip(paths, names):
-                        scores.append(_grade_and_write(grader, path, name, out))
+                    for name, graded in zip(names, grader.grade_each(paths)):
+                        scores.append(_write(graded, name, out))
                         bar.update()
                 finally:
                     gc.unfreeze()
@@ -79,9 +81,8 @@ class Score:
     score: float
 
 
-def _grade_and_write(grader, path, name, out):
-    """Grade one submission, write its results.json and report.html; its Scores."""
-    graded = grader.grade(path)
+def _write(graded, name, out):
+    """Write a graded submission's results.json and report.html; its Scores."""
     graded.name = name
     drawings = Drawings()  # each failed check drawn once, for results.json and report.html
     folder = gradescope.write_results(graded, out, drawings=drawings)
@@ -113,31 +114,67 @@ def _settled():
 
 # ---- grader processes ----------------------------------------------------------------------------
 
-_GRADER = None
 
+def _grader_process(cases, options, out, tasks, done):
+    """A grader process: its own Grader (and worker server), grading what it takes from ``tasks``
+    ((index, path, name), None at the end) and sending ``(index, Scores, None)`` to ``done``, or
+    ``(None, None, traceback)`` should grading itself fail."""
+    taken = collections.deque()
 
-def _start(cases, options):
-    """In a new grader process: its Grader, closed (with its worker server) when the process ends."""
-    global _GRADER
-    _GRADER = Grader(cases, **options).__enter__()
-    _settled()
-    util.Finalize(None, _GRADER.__exit__, args=(None, None, None), exitpriority=10)
+    def paths():
+        while (task := tasks.get()) is not None:
+            taken.append(task)
+            yield task[1]
 
-
-def _grade_in_process(path, name, out):
-    return _grade_and_write(_GRADER, path, name, out)
+    try:
+        with Grader(cases, **options) as grader:
+            _settled()
+            for graded in grader.grade_each(paths()):
+                index, _, name = taken.popleft()
+                done.put((index, _write(graded, name, out), None))
+    except BaseException:  # noqa: BLE001 (the batch fails with it, in the parent)
+        done.put((None, None, traceback.format_exc()))
 
 
 def _in_processes(paths, names, out, cases, options, jobs, bar):
-    # Spawned, not forked: a fork after torch ran parallel work can deadlock.
+    # Spawned, not forked: a fork after torch ran parallel work can deadlock. The processes share one
+    # queue of submissions, so a slow submission holds up only its own process.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start, initargs=(cases, options)) as pool:
-        futures = {pool.submit(_grade_in_process, p, n, out): i for i, (p, n) in enumerate(zip(paths, names))}
-        scores = [None] * len(paths)
-        for future in as_completed(futures):
-            scores[futures[future]] = future.result()
+    tasks, done = context.Queue(), context.Queue()
+    for index, (path, name) in enumerate(zip(paths, names)):
+        tasks.put((index, path, name))
+    for _ in range(jobs):
+        tasks.put(None)
+    processes = [context.Process(target=_grader_process, args=(cases, options, out, tasks, done))
+                 for _ in range(jobs)]
+    for process in processes:
+        process.start()
+    scores, finished = [None] * len(paths), False
+    try:
+        for _ in paths:
+            index, score, error = _next_done(done, processes)
+            if error is not None:
+                raise RuntimeError(f"a grader process failed:\n{error}")
+            scores[index] = score
             bar.update()
+        finished = True
+    finally:
+        for process in processes:
+            process.join(timeout=30 if finished else 0)  # each closes its worker server as it ends
+            if process.is_alive():
+                process.kill()
     return scores
+
+
+def _next_done(done, processes):
+    """The next message on ``done``; a RuntimeError once no grader process is left to send one."""
+    while True:
+        try:
+            return done.get(timeout=1.0)
+        except queue.Empty:
+            if not any(p.is_alive() for p in processes):
+                codes = ", ".join(str(p.exitcode) for p in processes)
+                raise RuntimeError(f"the grader processes ended before the batch did (exit codes {codes})") from None
 
 
 def _unique_names(paths):

@@ -3,7 +3,8 @@
 A ``Worker`` starts ``worker.py`` in a fresh interpreter (``-I -S``, with only the folders torch
 is installed in added to its path) and keeps one control socket to it. ``Worker.open`` passes the
 server one end of a new socket pair and the write end of a new output pipe; the server forks a
-child that imports the submission and then talks to the grader directly on that socket. Every
+child, which builds its sandbox, imports the submission once the grader says so (``wire.GO``)
+and then talks to the grader directly on that socket. Every
 reply is checked against the wire format and a size cap; nothing is unpickled. The child's
 stdout and stderr come through the pipe, which the grader drains while it waits, keeping only the
 first ``output_limit`` bytes.
@@ -95,12 +96,16 @@ class Worker:
     def __exit__(self, *exc):
         self.close()
 
-    def open(self, path, *, entry=None, budget=None):
-        """Fork a child for the submission at ``path`` (a .py file, or a folder with ``entry`` in it)."""
+    def open(self, path, *, entry=None, budget=None, start=True):
+        """Fork a child for the submission at ``path`` (a .py file, or a folder with ``entry`` in it).
+
+        ``start=False``: the child's sandbox is built, but nothing of the submission runs until
+        :meth:`Submission.start` (or its first call); a grader sets the next submission up so.
+        """
         submission = Submission(self, Path(path), entry, self.budget if budget is None else budget)
         with self._lock:
             self._open.add(submission)
-        return submission
+        return submission.start() if start else submission
 
     def share(self, tensors):
         """Keep ``tensors`` in the server: children forked after this receive them as names, not bytes.
@@ -194,37 +199,27 @@ class Worker:
             self._open.discard(submission)
 
 
-def resolve(path, entry):
-    """(entry file, root folder, module name, is a package) for a submission at ``path``."""
-    path = path.resolve()
-    if path.is_file():
-        return path, path.parent, path.stem, False
-    if entry is None:
-        top = sorted(p.name for p in path.glob("*.py"))
-        entry = "__init__.py" if "__init__.py" in top else top[0] if len(top) == 1 else None
-        if entry is None:
-            raise ValueError(f"{path}: say which file is the submission (entry=); it holds {top or 'no .py file'}")
-    file = path / entry
-    if entry == "__init__.py":
-        return file, path, path.name, True
-    return file, path, file.stem, False
-
-
 class Submission:
     """A submission's process: import status, the spec functions it defines, and calls into them."""
 
     def __init__(self, worker, path, entry, budget):
         self.path, self._worker, self.budget, self._spent = path, worker, budget, 0.0
-        self._entry, self._root, self._module, self._package = resolve(path, entry)
+        self._entry, self._root, self._module, self._package = plan.resolve(path, entry)
         self._sock = self._out = self._pid = None
         self._closed = False
         self._answered = {}  # a small request's bytes -> the outcome of the call that returned for it
         self._next = None  # the request said to come next (ahead()), not sent yet
         self._ahead = None  # (request, when it was sent, its bytes not yet sent): its reply not yet read
         self._early = {}  # a request sent ahead -> its outcome, read before the call was made (another came first)
+        self.status, self.message, self.traceback, self.names, self.output = None, "", (), (), ""  # until started
         self._spawn()
+
+    def start(self):
+        """Let the child import the submission, and wait for its report (once); the submission."""
+        if self.status is not None:
+            return self
         start = time.monotonic()
-        hello, output, problem = self._hello(worker.import_timeout)
+        hello, output, problem = self._hello(self._worker.import_timeout)
         self._spent += time.monotonic() - start
         self.output = output.text()
         self.status = hello["status"] if hello else IMPORT_ERROR
@@ -233,6 +228,7 @@ class Submission:
         self.names = tuple(hello["names"]) if hello else ()
         if self.status != OK:
             self._end()
+        return self
 
     @property
     def pid(self):
@@ -294,7 +290,7 @@ class Submission:
             raise ValueError(f"{name!r} is not a spec function: {', '.join(spec.NAMES)}")
         if self._closed:
             raise ValueError(f"the submission {self.path} is closed")
-        if self.status != OK:
+        if self.start().status != OK:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")
         if name not in self.names:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission defines no function {name}")
@@ -405,8 +401,8 @@ class Submission:
         self.protections = reply["protections"]
 
     def _hello(self, timeout):
-        """Wait for the child's import report: (hello or None, Output, problem)."""
-        raw, output, problem = self._exchange(b"", timeout)
+        """Let the child import, and wait for its report: (hello or None, Output, problem)."""
+        raw, output, problem = self._exchange(wire.GO, timeout)
         reply = None
         if problem == TIMEOUT:
             problem = f"the import did not finish within {timeout:.3g} s"

@@ -9,6 +9,7 @@ tensors in place.
 """
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 
 from attention_core import spec
 from attention_core.grading import client, replies, sandbox, wire
+from attention_core.grading.client import Submission
 from attention_core.grading.diagnose import Diagnoser, leading_slice
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.model import ShapeExpectation
@@ -186,19 +188,51 @@ class Grader:
         """Grade one submission (a ``.py`` file or a folder); ``into``: the SubmissionGrade to fill, check
         by check (another thread may read what is graded so far)."""
         path = Path(path)
+        opened = self._set_up(path)
+        if opened[2]:
+            self._restart()
+        return self._graded(path, opened, into, Submission.close)
+
+    def grade_each(self, paths):
+        """Grade each of ``paths`` (any iterable, read one ahead) in turn, yielding its SubmissionGrade.
+
+        While one submission is graded, the grading server sets the next one's process up (its
+        sandbox built; nothing of the submission runs before its turn) and collects the one before:
+        that work goes on beside the grader's own rather than between submissions.
+        """
+        paths = iter(paths)
+        with ThreadPoolExecutor(1, thread_name_prefix="grading-server-chores") as chores:
+            path = next(paths, None)
+            coming = None if path is None else chores.submit(self._set_up, Path(path))
+            try:
+                while coming is not None:
+                    opened, coming = coming.result(), None
+                    if opened[2]:
+                        chores.submit(int).result()  # what the failed server was still doing, done
+                        self._restart()
+                    following = next(paths, None)
+                    coming = None if following is None else chores.submit(self._set_up, Path(following))
+                    yield self._graded(Path(path), opened, None, lambda submission: chores.submit(submission.close))
+                    path = following
+            finally:
+                if coming is not None and coming.result()[0] is not None:
+                    coming.result()[0].close()
+
+    def _set_up(self, path):
+        """(the submission's process, set up but not started, or None; why none; whether the server failed)."""
+        try:
+            return self._worker.open(path, start=False), "", False
+        except ValueError as err:  # a folder with no single entry module
+            return None, f"the submission could not be opened: {err}", False
+        except client.WorkerError as err:  # the grading server failed: this submission fails, the batch goes on
+            return None, f"the grading server failed while opening the submission: {err}", True
+
+    def _graded(self, path, opened, into, close):
         start = time.monotonic()
         graded = into if into is not None else SubmissionGrade(submission_name(path), path)
+        submission, graded.note, _ = opened
         try:
-            submission = self._worker.open(path)
-        except ValueError as err:  # a folder with no single entry module
-            submission = None
-            graded.note = f"the submission could not be opened: {err}"
-        except client.WorkerError as err:  # the grading server failed: this submission fails, the batch goes on
-            submission = None
-            graded.note = f"the grading server failed while opening the submission: {err}"
-            self._restart()
-        try:
-            if submission is not None and submission.status != replies.OK:
+            if submission is not None and submission.start().status != replies.OK:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
                               "\n".join(submission.traceback)
             functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0)
@@ -214,7 +248,7 @@ class Grader:
                 graded.grades += self._grade_item(item, submission, functions, problem)
         finally:
             if submission is not None:
-                submission.close()
+                close(submission)
         self.diagnoser.explain(graded)
         graded.seconds = time.monotonic() - start
         return graded

@@ -47,6 +47,22 @@ def with_submission(base, path, scratch):
     return dict(base, submission=os.path.realpath(path), scratch=scratch)
 
 
+def resolve(path, entry):
+    """(entry file, root folder, module name, is a package) for a submission at ``path``."""
+    path = path.resolve()
+    if path.is_file():
+        return path, path.parent, path.stem, False
+    if entry is None:
+        top = sorted(p.name for p in path.glob("*.py"))
+        entry = "__init__.py" if "__init__.py" in top else top[0] if len(top) == 1 else None
+        if entry is None:
+            raise ValueError(f"{path}: say which file is the submission (entry=); it holds {top or 'no .py file'}")
+    file = path / entry
+    if entry == "__init__.py":
+        return file, path, path.name, True
+    return file, path, file.stem, False
+
+
 def project_files(site_dirs=()):
     """Every path of this project's own files that an installation may have put on the allow-list:
     the package (and its case files), and in each site folder every entry named after the project

@@ -24,6 +24,7 @@ import warnings
 import torch
 
 HEADER = struct.Struct("!QQ")
+GO = b"g"  # the grader to a child set up ahead: import the submission now
 JSON = json.JSONEncoder(separators=(",", ":"))  # allow_nan: NaN and inf as Python's json writes them
 MAX_DIMS = 64
 

@@ -221,6 +221,8 @@ def close_other_fds(keep):
 
 def child_main(request, fds, wire, shared, refused=None):
     sock_fd, out_fd = fds
+    if os.read(sock_fd, len(wire.GO)) != wire.GO:  # set up ahead: wait for the grader's word (or its end)
+        return
     if refused:  # nothing of the submission runs
         socket.socket(fileno=sock_fd).sendall(wire.encode(
             {"status": "import error", "message": f"the submission was not run: {refused}", "traceback": [],
