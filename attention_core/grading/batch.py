@@ -115,16 +115,18 @@ def _settled():
 # ---- grader processes ----------------------------------------------------------------------------
 
 
-def _grader_process(cases, options, out, tasks, done):
-    """A grader process: its own Grader (and worker server), grading what it takes from ``tasks``
-    ((index, path, name), None at the end) and sending ``(index, Scores, None)`` to ``done``, or
-    ``(None, None, traceback)`` should grading itself fail."""
+def _grader_process(cases, options, out, first, tasks, done):
+    """A grader process: its own Grader (and worker server), grading the task ``first`` ((index, path,
+    name)), then what it takes from ``tasks`` (None at the end), and sending ``(index, Scores, None)``
+    to ``done``, or ``(None, None, traceback)`` should grading itself fail."""
     taken = collections.deque()
 
     def paths():
-        while (task := tasks.get()) is not None:
+        task = first
+        while task is not None:
             taken.append(task)
             yield task[1]
+            task = tasks.get()
 
     try:
         with Grader(cases, **options) as grader:
@@ -137,16 +139,16 @@ def _grader_process(cases, options, out, tasks, done):
 
 
 def _in_processes(paths, names, out, cases, options, jobs, bar):
-    # Spawned, not forked: a fork after torch ran parallel work can deadlock. The processes share one
-    # queue of submissions, so a slow submission holds up only its own process.
+    # Spawned, not forked: a fork after torch ran parallel work can deadlock. Each process is given its
+    # first submission (one reading ahead must not take the next process's first), then they share
+    # one queue of the rest, so a slow submission holds up only its own process.
     context = multiprocessing.get_context("spawn")
     tasks, done = context.Queue(), context.Queue()
-    for index, (path, name) in enumerate(zip(paths, names)):
-        tasks.put((index, path, name))
-    for _ in range(jobs):
-        tasks.put(None)
-    processes = [context.Process(target=_grader_process, args=(cases, options, out, tasks, done))
-                 for _ in range(jobs)]
+    every = [(index, path, name) for index, (path, name) in enumerate(zip(paths, names))]
+    for task in every[jobs:] + [None] * jobs:
+        tasks.put(task)
+    processes = [context.Process(target=_grader_process, args=(cases, options, out, first, tasks, done))
+                 for first in every[:jobs]]
     for process in processes:
         process.start()
     scores, finished = [None] * len(paths), False
