@@ -17,7 +17,6 @@ import torch
 
 from attention_core import spec
 from attention_core.grading import client, replies, sandbox, wire
-from attention_core.grading.client import Submission
 from attention_core.grading.diagnose import Diagnoser, leading_slice
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.model import ShapeExpectation
@@ -191,32 +190,42 @@ class Grader:
         opened = self._set_up(path)
         if opened[2]:
             self._restart()
-        return self._graded(path, opened, into, Submission.close)
+        return self._graded(path, opened, into, lambda submission: submission and submission.close())
 
     def grade_each(self, paths):
-        """Grade each of ``paths`` (any iterable, read one ahead) in turn, yielding its SubmissionGrade.
+        """Grade each of ``paths`` (any iterable) in turn, yielding its SubmissionGrade.
 
-        While one submission is graded, the grading server sets the next one's process up (its
-        sandbox built; nothing of the submission runs before its turn) and collects the one before:
-        that work goes on beside the grader's own rather than between submissions.
+        Once a submission's calls are made, the next path is read and the grading server sets its
+        process up (its sandbox built; nothing of the submission runs before its turn) and collects
+        the one before, while the grader diagnoses and the caller writes out: that work goes on beside
+        the grader's own rather than between submissions. The next path is not read any earlier, so
+        that grader processes sharing one queue take a submission only when about to grade it.
         """
         paths = iter(paths)
         with ThreadPoolExecutor(1, thread_name_prefix="grading-server-chores") as chores:
-            path = next(paths, None)
-            coming = None if path is None else chores.submit(self._set_up, Path(path))
+            coming = []
+
+            def set_up_next():
+                following = next(paths, None)
+                coming.append(None if following is None else (following, chores.submit(self._set_up, Path(following))))
+
+            def calls_made(submission):
+                if submission is not None:
+                    chores.submit(submission.close)
+                set_up_next()
+
+            set_up_next()
             try:
-                while coming is not None:
-                    opened, coming = coming.result(), None
+                while coming[-1] is not None:
+                    path, future = coming.pop()
+                    opened = future.result()
                     if opened[2]:
                         chores.submit(int).result()  # what the failed server was still doing, done
                         self._restart()
-                    following = next(paths, None)
-                    coming = None if following is None else chores.submit(self._set_up, Path(following))
-                    yield self._graded(Path(path), opened, None, lambda submission: chores.submit(submission.close))
-                    path = following
+                    yield self._graded(Path(path), opened, None, calls_made)
             finally:
-                if coming is not None and coming.result()[0] is not None:
-                    coming.result()[0].close()
+                if coming and coming[-1] is not None and coming[-1][1].result()[0] is not None:
+                    coming[-1][1].result()[0].close()
 
     def _set_up(self, path):
         """(the submission's process, set up but not started, or None; why none; whether the server failed)."""
@@ -227,7 +236,9 @@ class Grader:
         except client.WorkerError as err:  # the grading server failed: this submission fails, the batch goes on
             return None, f"the grading server failed while opening the submission: {err}", True
 
-    def _graded(self, path, opened, into, close):
+    def _graded(self, path, opened, into, calls_made):
+        """The submission ``opened`` (see :meth:`_set_up`) graded; ``calls_made(submission or None)`` is
+        called once its calls are made (or could not be)."""
         start = time.monotonic()
         graded = into if into is not None else SubmissionGrade(submission_name(path), path)
         submission, graded.note, _ = opened
@@ -247,8 +258,7 @@ class Grader:
                     self._say_next(following, functions)
                 graded.grades += self._grade_item(item, submission, functions, problem)
         finally:
-            if submission is not None:
-                close(submission)
+            calls_made(submission)
         self.diagnoser.explain(graded)
         graded.seconds = time.monotonic() - start
         return graded
