@@ -238,40 +238,49 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     finite = bool(torch.isfinite(expected).all()) if finite is None else finite
     if finite and every(lambda a, e, w: (a - e).abs() <= w, actual, expected, allowed):
         return None  # the usual case (NaN and inf differences compare False)
-    diff = (actual - expected).abs()
+    # What follows makes few temporaries of the full size: a failed comparison of millions of
+    # elements is reported too (the worst elements, the greatest differences).
+    diff = torch.sub(actual, expected).abs_()
     close = diff <= allowed
-    allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(diff.shape)
-    if finite and bool(torch.isfinite(diff).all()):
-        bad = ~close  # every number finite: what is not close is a mismatch
+    allowed = torch.as_tensor(allowed, dtype=torch.float64)
+    if finite and every(torch.isfinite, diff):
+        bad = close.logical_not_()  # every number finite: what is not close is a mismatch
+        divisor = allowed.clamp(min=1e-300)  # before it is expanded: a number stays a number
+        allowed = allowed.expand(diff.shape)
     else:
+        allowed = allowed.expand(diff.shape)
         same_special = (torch.isnan(actual) & torch.isnan(expected)) | (torch.isinf(expected) & (actual == expected))
         diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
         diff = torch.where(same_special, torch.zeros_like(diff), diff)
         # An allowance scaled by a non-finite expectation (inf * rtol) would accept anything.
         allowed = torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
         bad = diff > allowed
+        divisor = allowed.clamp(min=1e-300)
     if not bad.any():
         return None
     positions = index if isinstance(index, torch.Tensor) else None
     index = index if positions is not None else _Every(index)
-    ratio = torch.where(bad, diff / allowed.clamp(min=1e-300), torch.zeros_like(diff))
+    ratio = torch.div(diff, divisor).masked_fill_(~bad, 0.0)  # |diff| / allowed where bad, else 0
     worst = int(ratio.argmax())
     worst_index = tuple(int(i) for i in index[worst])
-    return Mismatch("values", lambda: _values_report(actual, expected, diff, allowed, bad, ratio, index),
+    return Mismatch("values", lambda: _values_report(actual, expected, diff, allowed, bad, ratio, index, finite),
                     index=worst_index, ratio=float(ratio[worst]), actual=actual, expected=expected,
                     allowed=allowed, positions=positions)
 
 
-def _values_report(actual, expected, diff, allowed, bad, ratio, index):
-    """The report's text; ``ratio`` is |diff| / allowed where ``bad`` (always above 0 there), else 0."""
+def _values_report(actual, expected, diff, allowed, bad, ratio, index, finite=False):
+    """The report's text; ``ratio`` is |diff| / allowed where ``bad`` (always above 0 there), else 0;
+    ``finite``: every expected value is known to be finite."""
     n_bad, n = int(bad.sum()), diff.numel()
-    abs_at = int(torch.where(bad, diff, torch.full_like(diff, -1.0)).argmax())
+    abs_at = int((diff if n_bad == n else diff.masked_fill(~bad, -1.0)).argmax())
     # Relative to a non-zero expected value only: against 0 every difference is infinitely large.
-    nonzero = bad & (expected != 0) & torch.isfinite(expected)
-    rel = torch.where(nonzero, diff / expected.abs().clamp(min=1e-300), torch.full_like(diff, -1.0))
+    nonzero = bad & (expected != 0)
+    if not finite:
+        nonzero &= torch.isfinite(expected)
+    rel = torch.div(diff, expected.abs().clamp_(min=1e-300)).masked_fill_(~nonzero, -1.0)
     rel_at = int(rel.argmax())
     relative = (f"Greatest relative difference: {_num(rel[rel_at])} at index {_idx(index[rel_at])}"
-                f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)" if nonzero.any() else
+                f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)" if rel[rel_at] >= 0 else
                 "Greatest relative difference: none (every mismatched element expects 0 or a non-finite value)")
     lines = [
         "Values are not close!",
@@ -294,9 +303,21 @@ def _values_report(actual, expected, diff, allowed, bad, ratio, index):
 def _worst(ratio, k):
     """The positions of the ``k`` largest ratios, largest first, ties in index order (as argmax picks the
     first): the table's first row is the element the report's other lines and the pictures name."""
-    floor = torch.topk(ratio, k).values[-1]
+    floor = _kth_largest(ratio, k)
     tied = torch.nonzero(ratio >= floor).flatten()  # in index order
     return tied[torch.sort(ratio[tied], descending=True, stable=True).indices[:k]]
+
+
+def _kth_largest(values, k):
+    """The ``k``-th largest of the flat ``values``: the largest ``k`` of each block first (one topk
+    over millions of elements takes several times longer than over blocks of them)."""
+    whole = values.numel() // BLOCK * BLOCK
+    if whole <= BLOCK:
+        return torch.topk(values, k).values[-1]
+    heads = [torch.topk(values[:whole].view(-1, BLOCK), k, dim=1).values.flatten()]
+    if whole < values.numel():
+        heads.append(values[whole:])
+    return torch.topk(torch.cat(heads), k).values[-1]
 
 
 def _idx(row):
