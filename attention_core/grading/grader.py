@@ -18,17 +18,15 @@ import torch
 from attention_core import spec
 from attention_core.grading import client, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser, leading_slice
+from attention_core.grading.remote import CALL_TIMEOUT, GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.model import ShapeExpectation
 from attention_core.harness.results import CallFailed, Failure, Result, Status
 from attention_core.harness.text import escape
 
-CALL_TIMEOUT = 5.0  # seconds one call may take
 BUDGET = 60.0  # seconds a submission may spend in all
 GRADIENT_POINTS = 1.0  # points of each backward check (0: no backward checks)
-GRADIENT_LIMIT = 4096  # a floating input larger than this is cut to its leading slice
 SHARE_LIMIT = 1 << 16  # an argument with this many elements or more is stored in the worker server once
-PROJECTION_SEED = 0
 
 
 @dataclass
@@ -82,77 +80,6 @@ def submission_name(path):
     return path.stem if path.suffix == ".py" else path.name
 
 
-class RemoteFunctions:
-    """The spec functions of a submission, each call made in the submission's process.
-
-    After a timeout a function is not called again: its later checks fail at once. With
-    ``gradients``, a call on small floating inputs also brings back the gradients the backward
-    check compares (one round trip for both), kept in ``last_grad``. ``fetch`` makes a check's
-    call before the check runs (the grader looks at the reply first); the check's own call then
-    takes that outcome.
-    """
-
-    isolated = True  # the arguments are copied into another process: no need to copy them here
-
-    def __init__(self, submission, timeout, *, gradients=False):
-        self.submission, self.timeout, self.gradients = submission, timeout, gradients
-        self.timed_out = set()
-        self.last_grad = None  # (name, outcome) of the latest call that brought gradients back
-        self.keep = None  # the result positions the current check reads (the others: shapes only)
-        self.ready = None  # (name, args, kwargs, outcome) of the call fetched for the current check
-
-    def get(self, name, default=None):
-        return self._function(name) if name in self.submission.names else default
-
-    def fetch(self, name, args, kwargs, reuse):
-        """Call ``name`` now, for the check about to run (``reuse``: the grader's name for these arguments)."""
-        self.ready = (name, args, kwargs, self._outcome(name, args, kwargs, reuse))
-        return self.ready[3]
-
-    def _function(self, name):
-        def call(*args, **kwargs):
-            if name in self.timed_out:
-                raise CallFailed(Status.TIMEOUT, f"`{name}` timed out earlier (not called again)")
-            ready, self.ready = self.ready, None
-            if ready is not None and ready[0] == name and _same(ready[1], args) and _same(ready[2], kwargs):
-                return self.value(name, ready[3])
-            return self.value(name, self._outcome(name, args, kwargs, None))
-        return call
-
-    def _outcome(self, name, args, kwargs, reuse):
-        outcome = None
-        if self.gradients and _differentiable(args, kwargs):
-            outcome = self.submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
-                                                timeout=self.timeout, keep=self.keep, reuse=reuse)
-            if outcome.status == replies.RAISED:
-                outcome = None  # it may raise under autograd only (.numpy()): its values still count
-            else:
-                self.last_grad = (name, outcome)
-        if outcome is None:
-            outcome = self.submission.call(name, args, kwargs, timeout=self.timeout, keep=self.keep, reuse=reuse)
-        return outcome
-
-    def ahead(self, name, args, kwargs, *, keep, reuse):
-        """Say that ``name`` is called next (as :meth:`fetch` would call it, with ``keep``)."""
-        grad = self.gradients and _differentiable(args, kwargs)
-        self.submission.ahead(name, args, kwargs, projection_seed=PROJECTION_SEED if grad else None, keep=keep,
-                              reuse=reuse)
-
-    def value(self, name, outcome):
-        """The outcome's value, or the CallFailed that says why there is none."""
-        details = "\n".join(outcome.traceback) + (f"\noutput:\n{outcome.output}" if outcome.output else "")
-        if outcome.status == replies.OK:
-            return outcome.value
-        if outcome.status == replies.TIMEOUT:
-            self.timed_out.add(name)
-            raise CallFailed(Status.TIMEOUT, f"`{name}`: {outcome.message}", details)
-        if outcome.status == replies.NOT_IMPLEMENTED:
-            raise CallFailed(Status.NOT_IMPLEMENTED, f"`{name}` raised {outcome.message}", details)
-        if outcome.status == replies.CRASHED:
-            raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` crashed: {outcome.message}", details)
-        raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` raised {outcome.message}", details)
-
-
 class Grader:
     """Grades submissions against the graded checks of a case folder, with one worker server."""
 
@@ -166,6 +93,7 @@ class Grader:
         self._worker = None
         self._golden_grads = {}
         self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
+        self._reads, self._small, self._sliced = {}, {}, {}  # per check, for the batch: see their uses
         self._threads = None
 
     def __enter__(self):
@@ -246,8 +174,8 @@ class Grader:
             if submission is not None and submission.start().status != replies.OK:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
                               "\n".join(submission.traceback)
-            functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0)
-                         if submission is not None else None)
+            functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0,
+                                         differentiable=self._small) if submission is not None else None)
             problem = graded.note
             if submission is not None:
                 graded.protections = submission.protections
@@ -298,7 +226,7 @@ class Grader:
         if functions is None or submission.status != replies.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
-            functions.last_grad, functions.keep = None, _read_results(item.check)
+            functions.last_grad, functions.keep = None, self._read(item)
             result = self._value_result(item, functions)
         grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source)]
         backward = self._backward(item, submission, functions, result) if self.gradient_points > 0 else None
@@ -311,7 +239,13 @@ class Grader:
         """Tell the submission the call ``item`` will make (it computes it while this one is judged)."""
         call = None if item.error is not None or self._case_refused(item) else self._graded_call(item)
         if call is not None and call[0] not in functions.timed_out:
-            functions.ahead(*call, keep=_read_results(item.check), reuse=item)
+            functions.ahead(*call, keep=self._read(item), reuse=item)
+
+    def _read(self, item):
+        """The positions of the results ``item``'s check reads, once per batch."""
+        if item not in self._reads:
+            self._reads[item] = _read_results(item.check)
+        return self._reads[item]
 
     def _case_refused(self, item):
         """Why the call ``item`` checks cannot be asked of anyone (a result too large to check, or
@@ -355,13 +289,11 @@ class Grader:
         header = f"backward of `{item.check.expr.source}` on cpu, {str(item.case.dtype).removeprefix('torch.')}"
         if value_result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):
             return None  # the check itself cannot run: its value result says why
-        name, args, kwargs = self.preparation.arguments(item, "cpu")
-        full = (args, kwargs)
-        args, kwargs = leading_slice(args, GRADIENT_LIMIT), leading_slice(kwargs, GRADIENT_LIMIT)
-        sliced = args is not full[0] or kwargs is not full[1]
-        if max((t.numel() for t in wire.tensors_in([args, kwargs]) if t.is_floating_point()), default=0) > \
-                GRADIENT_LIMIT:
+        if item not in self._sliced:
+            self._sliced[item] = self._backward_call(item)
+        if self._sliced[item] is None:
             return None
+        name, args, kwargs, sliced = self._sliced[item]
         golden = self._golden(item, name, args, kwargs)
         if golden is None:
             return None  # no floating input, or no floating output: nothing to differentiate
@@ -386,6 +318,17 @@ class Grader:
             return result(failed.status, message=failed.message, details=failed.details)
         key = None if outcome.reply is None else (item, outcome.reply, "backward")
         return self._judged_once(key, lambda: result(*self._gradient_failures(item, name, outcome, golden)))
+
+    def _backward_call(self, item):
+        """(name, args, kwargs, whether cut to a leading slice) of the backward check's call; None where
+        its floating inputs stay too large even so."""
+        name, args, kwargs = self.preparation.arguments(item, "cpu")
+        full = (args, kwargs)
+        args, kwargs = leading_slice(args, GRADIENT_LIMIT), leading_slice(kwargs, GRADIENT_LIMIT)
+        if max((t.numel() for t in wire.tensors_in([args, kwargs]) if t.is_floating_point()), default=0) > \
+                GRADIENT_LIMIT:
+            return None
+        return name, args, kwargs, args is not full[0] or kwargs is not full[1]
 
     def _gradient_failures(self, item, name, outcome, golden):
         """(status, failures) of a backward check from the call's outcome and the torch route's gradients."""
@@ -464,19 +407,6 @@ def _read_results(check):
 def _reads_values(check):
     """Whether any expectation of ``check`` reads values (not a check of shapes alone)."""
     return any(not isinstance(e, ShapeExpectation) for e in check.expectations)
-
-
-def _same(a, b):
-    """The same argument objects (a list or tuple of them, or a dict of them by name)."""
-    if isinstance(a, dict) or isinstance(b, dict):
-        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(a[k] is b[k] for k in a)
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
-
-
-def _differentiable(args, kwargs):
-    """Floating tensor inputs, none over GRADIENT_LIMIT elements: gradients come with the value."""
-    tensors = [t for t in wire.tensors_in([list(args), kwargs]) if t.is_floating_point()]
-    return bool(tensors) and max(t.numel() for t in tensors) <= GRADIENT_LIMIT
 
 
 def _label(label, name):

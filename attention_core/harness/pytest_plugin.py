@@ -107,7 +107,7 @@ def case_functions(request):
         yield None
         return
     from attention_core.grading import client, replies  # noqa: PLC0415 (loaded only when a submission is checked)
-    from attention_core.grading.grader import CALL_TIMEOUT, RemoteFunctions  # noqa: PLC0415
+    from attention_core.grading.remote import CALL_TIMEOUT, RemoteFunctions  # noqa: PLC0415
     with client.Worker() as worker:
         submission = worker.open(Path(impl))
         try:
