@@ -107,6 +107,14 @@ def test_a_result_in_another_dtype_fails_naming_the_dtypes():
     assert "dtype does not match: torch.float64 != torch.float32" in result.report
 
 
+def test_an_expectation_a_result_cannot_take_names_the_results_kind_and_what_the_spec_returns():
+    item = next(i for i in GRADED if i.id == "003_attention_math_trick/bag_of_words/wei_masked")
+    result = runner.run(item, functions={"causal_mask": lambda T, device=None: torch.ones(T, T).tril()})
+    assert result.status is Status.FAILED
+    assert "`~out` failed" in result.report
+    assert "(`out` is float32 of shape [8, 8]; the spec's `causal_mask` returns bool `(T, T)`" in result.report
+
+
 def test_failures_carry_their_tensors_for_drawing():
     item = next(i for i in ITEMS if i.id == "000_attention_explained/version3_p_attn/p_attn")
     inverted = lambda q, k, v, mask=None, scale=None: reference.attention(q, k, v, ~mask, scale)  # noqa: E731
@@ -163,6 +171,18 @@ def test_tied_worst_elements_are_listed_in_index_order_from_the_one_the_report_n
     assert mismatch.index == (7, 0) and "Greatest absolute difference: inf at index (7, 0)" in mismatch.message
     table = mismatch.message.split("Worst elements")[1].splitlines()[2:]
     assert [row.split(")")[0] + ")" for row in table[:8]] == [f"  (7, {j})" for j in range(8)]
+
+
+def test_the_worst_elements_of_a_large_comparison_are_found_across_its_blocks_largest_first_ties_in_order():
+    n = 3 * compare.BLOCK + 5  # blocks, and a short last one
+    expected = torch.rand(n, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    actual = expected.clone()
+    wrong = {n - 1: 4e-3, 7: 1e-3, compare.BLOCK + 3: 4e-3, 2 * compare.BLOCK: 2e-3, 5: 2e-3, 6: 3e-3}
+    for where, by in wrong.items():
+        actual[where] += by
+    table = compare.compare_values(actual, expected, 1e-6, (n,)).message.split("Worst elements")[1].splitlines()[2:]
+    listed = [int(row.split("(")[1].split(",")[0]) for row in table]
+    assert listed == [compare.BLOCK + 3, n - 1, 6, 5, 2 * compare.BLOCK, 7]
 
 
 def test_a_large_expected_tensor_compared_again_after_it_changed_in_place_is_compared_as_it_is_now():

@@ -188,6 +188,10 @@ def attention_masked_with_zero(q, k, v, mask=None, scale=None):
     return weights @ v, weights
 
 
+def causal_mask_of_floats(T, device=None):
+    return torch.ones(T, T, device=device).tril()  # 1.0 and 0.0, not True and False: ~mask fails on it
+
+
 def causal_average_divided_by_T(x):
     return x.cumsum(dim=-2) / x.shape[-2]  # every row divided by T, not by its own count t + 1
 
@@ -302,6 +306,10 @@ MUTANTS = (
            "the causal average divides every cumulative sum by T instead of by its own count: row t is "
            "the sum of rows 0..t over T, not their mean",
            "Divide row t's cumulative sum by t + 1 (torch.arange(1, T + 1)).", "values"),
+    Mutant("causal_mask_of_floats", {"causal_mask": causal_mask_of_floats},
+           "the causal mask holds floats (1.0 and 0.0, from torch.ones(T, T).tril()) instead of booleans, so "
+           "~mask and masked_fill(~mask, …) cannot take it",
+           "Make it boolean: torch.ones(T, T, dtype=torch.bool).tril() (or .tril() of a bool tensor).", "values"),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

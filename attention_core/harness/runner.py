@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from attention_core import spec
 from attention_core.harness import compare, tolerance
 from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import Budget, ExprError
@@ -366,9 +367,19 @@ def _targets(check, scope, outputs, device, dtype, failures=None):
             if not isinstance(check, CallCheck):  # no implementation involved: the case file is wrong
                 raise _Stop(Status.CASE_ERROR, f"line {expectation.line}: the target `{expectation.target}` "
                                                f"could not be evaluated: {err}") from None
-            failures.append(Failure(expectation.target, expectation.line,
-                                    compare.Mismatch("type", f"could not be evaluated on the result: {err}")))
+            failures.append(Failure(expectation.target, expectation.line, compare.Mismatch(
+                "type", f"could not be evaluated on the result: {err}{_returned(check, expectation, outputs)}")))
     return values
+
+
+def _returned(check, expectation, outputs):
+    """What the results an expression read are, beside what the spec says its function returns."""
+    seen = [f"`{name}` is {str(outputs[name].dtype).removeprefix('torch.')} of shape {list(outputs[name].shape)}"
+            for name in dict.fromkeys(expectation.expr.names) if isinstance(outputs.get(name), torch.Tensor)]
+    if not seen:
+        return ""
+    said = spec.FUNCTIONS[check.function].summary if check.function in spec.FUNCTIONS else None
+    return f" ({'; '.join(seen)}" + (f"; the spec's `{check.function}` returns {said})" if said else ")")
 
 
 def _failures(item, values, device, oracles=None):
