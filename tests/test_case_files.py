@@ -200,7 +200,7 @@ def _case(body):
      - id: too_big
        inputs: {a: [99999999999999999999999]}
        checks: [{id: c, expr: a, expect: {out: [1.0]}}]
-     """, 4, "a number does not fit"),
+     """, 4, "the whole number 99999999999999999999999 (23 digits) does not fit int64 (at most about 9.2e18); with a decimal point it would be a float"),
     ("""\
      - id: dotted.id
        checks: [{id: c, expr: "ones(1)", expect: {out: [1.0]}}]

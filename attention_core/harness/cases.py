@@ -80,9 +80,12 @@ def load_file(path, shown=None):
     shown = shown_path(path) if shown is None else shown
     try:
         tree = yaml_lines.read(path, shown)
+        _numbers_in_range({k: v for k, v in tree.items() if k != "cases"} if isinstance(tree, dict) else tree)
         envelope = Envelope.model_validate(tree if tree is not None else yaml_lines.Map())
     except CaseError as err:
         return CaseFile(path, path.stem, None, errors=(err,))
+    except Misplaced as err:
+        return CaseFile(path, path.stem, None, errors=(_case_error(shown, tree, (), err, None),))
     except pydantic.ValidationError as err:
         return CaseFile(path, path.stem, None, errors=(_from_validation(shown, tree, (), err),))
     except Exception as err:  # noqa: BLE001 (anything else about reading the file is still the file's error)
@@ -93,6 +96,7 @@ def load_file(path, shown=None):
     for i, raw in enumerate(envelope.cases):
         at = ("cases", i)
         try:
+            _numbers_in_range(raw)
             case = Case.model_validate(raw, context=context)
             if case.id in seen:
                 raise Misplaced(("id",), f"case id {quote(case.id)} is used twice in this file")
@@ -103,6 +107,13 @@ def load_file(path, shown=None):
             usable = isinstance(case_id, str) and ID.match(case_id) and case_id not in seen
             errors.append(_case_error(shown, tree, at, err, case_id if usable else None))
     return CaseFile(path, path.stem, envelope.document, tuple(cases), tuple(errors))
+
+
+def _numbers_in_range(tree):
+    """Raises Misplaced at the first number of ``tree`` beyond float64's range (or below it)."""
+    found = yaml_lines.out_of_range_in(tree)
+    if found is not None:
+        raise Misplaced(found[0], found[1].why)
 
 
 def shown_path(path):

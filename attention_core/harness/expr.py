@@ -9,8 +9,8 @@ dispatch table keyed by node type. Examples::
     (matmul_qk * 3 ** -0.5).masked_fill(tril(ones(8, 8)) == 0, -inf)
     attention(q, k, v, scale=1)        # a function the caller supplies
 
-Names resolve from the caller's scope, then :data:`CONSTANTS`; calls from the caller's
-``functions``, then :data:`BUILTINS` (see :mod:`.expr_builtins`).
+Names resolve from the caller's scope, then :data:`CONSTANTS`; calls from the caller's ``functions``,
+then :data:`BUILTINS` (see :mod:`.expr_builtins`). A number beyond float64's range is refused.
 
 Limits hold before anything is allocated. No result may hold more than :data:`MAX_ELEMENTS`
 = 2**24 elements (an expanded view too), and the new tensors of one evaluation at most
@@ -39,8 +39,8 @@ import torch
 
 from attention_core.harness.expr_builtins import (
     BUILTINS, CONSTANTS, CREATION, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES, Budget,
-    Refused, check_to, created_elements, index_bound, matmul, power, quick_bound, size_on_meta,
-)
+    Refused, check_to, created_elements, index_bound, matmul, power, quick_bound, size_on_meta)
+from attention_core.harness.text import out_of_range
 
 __all__ = ["ExprError", "Expr", "Budget", "parse", "BUILTINS", "CONSTANTS", "TENSOR_METHODS", "TENSOR_PROPERTIES"]
 
@@ -189,6 +189,9 @@ class _Validator:
             for refused, name in ((str, "strings"), (bytes, "bytes"), (complex, "complex numbers")):
                 if isinstance(node.value, refused):
                     self.refuse(f"{name} are not allowed", node)
+            written = ast.get_source_segment(self.source.lstrip(), node) or repr(node.value)
+            if isinstance(node.value, float) and (why := out_of_range(written, node.value)):
+                self.refuse(why, node)
         elif kind is ast.Name:
             self.check_identifier(node.id, "names", node)
             if node.id not in CONSTANTS:

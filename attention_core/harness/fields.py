@@ -19,7 +19,7 @@ from pydantic import BeforeValidator, StrictBool, WithJsonSchema
 from attention_core import spec
 from attention_core.harness import draws, expr
 from attention_core.harness.tensor_text import TensorTextError, parse_size, parse_tensor
-from attention_core.harness.text import quote
+from attention_core.harness.text import quote, shorten
 
 SPEC_FUNCTIONS = spec.GRADED
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -203,6 +203,11 @@ def literal(value):
             return torch.tensor(value, dtype=torch.int64)
         return torch.tensor(value, dtype=torch.float64)
     except (OverflowError, RuntimeError, ValueError) as err:
+        big = next((v for v in flat if isinstance(v, int) and not -2**63 <= v < 2**63), None)
+        if big is not None:
+            floats = "; with a decimal point it would be a float" if abs(big) < 2**1023 else ", nor a float64"
+            raise FieldError(f"the whole number {shorten(str(big), 30)} ({len(str(abs(big)))} digits) does not fit "
+                             f"int64 (at most about 9.2e18){floats}") from None
         raise FieldError(f"a number does not fit: {quote(str(err))[1:-1]}") from None
 
 

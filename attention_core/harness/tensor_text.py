@@ -1,10 +1,9 @@
 """Parse torch's printed tensor form, as ``print(t)`` or a notebook cell shows it.
 
-The parser keeps what the print says and nothing more: every shown element with its
-position, its value, and one unit in its last printed digit, so a check can allow half a
-unit of rounding. Elided prints (torch's ``...``) keep only the shown corners; positions
-after a ``...`` count from the end. A print that a notebook export cut off can be read with
-``partial=True``.
+The parser keeps what the print says and nothing more: every shown element with its position, its
+value, and one unit in its last printed digit, so a check can allow half a unit of rounding. Elided
+prints (torch's ``...``) keep only the shown corners; positions after a ``...`` count from the end.
+A print that a notebook export cut off can be read with ``partial=True``.
 
 It reads torch's own layout: ``tensor(`` then nested brackets, one element or row per
 comma, then suffixes such as ``dtype=torch.float64`` or ``grad_fn=<SumBackward0>``.
@@ -16,6 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
+
+from attention_core.harness.text import out_of_range
 
 __all__ = ["TensorTextError", "PrintedTensor", "parse_tensor", "parse_size", "looks_like_size"]
 
@@ -303,6 +304,8 @@ class _Parser(_Reader):
         if kind not in ("num", "bool"):
             raise self.error(f"expected a number, True/False or '...' (rows nest {self.ndim} "
                              f"deep), found {value!r}", offset)
+        if kind == "num" and out_of_range(value, float(value)):  # PyTorch prints none such
+            raise self.error(out_of_range(value, float(value)), offset)
         if self.leaf_kind is None:
             self.leaf_kind = kind
         elif kind != self.leaf_kind:

@@ -5,6 +5,7 @@ and a raw escape sequence can clear a terminal or fake a table; every message th
 file's content passes it through :func:`shorten` (values) or :func:`escape` (text).
 """
 
+import math
 import reprlib
 
 _REPR = reprlib.Repr()  # bounded: never walks more of a nested value than it shows
@@ -49,3 +50,14 @@ def escape_lines(text):
 def points(x):
     """A score as results.json, the gradebook and a report show it: an int when whole, else 6 decimals."""
     return int(x) if float(x).is_integer() else round(float(x), 6)
+
+
+def out_of_range(text, value, infinity="inf"):
+    """Why the number written ``text`` does not read as what it says (``value``, how Python reads it):
+    beyond float64's range (an infinity, written ``infinity`` where meant) or below its smallest
+    magnitude (0); None where it fits."""
+    if math.isinf(value) and "inf" not in text.lower():
+        return f"the number {text} is beyond float64's range (about ±1.8e308); an infinity is written {infinity}"
+    if value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]):
+        return f"the number {text} is below float64's smallest magnitude (about 4.9e-324): it would read as 0"
+    return None

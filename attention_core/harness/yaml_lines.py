@@ -12,7 +12,7 @@ import stat
 
 import yaml
 
-from attention_core.harness.text import escape, shorten
+from attention_core.harness.text import escape, out_of_range, shorten
 
 MAX_NODES = 10**6  # nodes of the document with every alias expanded
 MAX_BYTES = 2**24  # a case file of 16 MiB is far past any document's worked examples
@@ -37,6 +37,31 @@ class CaseError(Exception):
     def at(self, path, case_id=None):
         """This error, in the file ``path`` (and the case ``case_id``)."""
         return CaseError(path, self.line, self.message, case_id, self.column)
+
+
+class OutOfRange(float):
+    """A number the file wrote beyond float64's range (read as an infinity) or below it (read as 0):
+    ``why`` says so. The part of the file that holds one does not load (see :func:`out_of_range_in`)."""
+
+    def __new__(cls, value, why):
+        number = super().__new__(cls, value)
+        number.why = why
+        return number
+
+
+def out_of_range_in(tree):
+    """(path, OutOfRange) of the first such number in ``tree`` (a path as :func:`locate` takes it), or None.
+    A node shared through YAML aliases is walked once."""
+    todo, seen = [((), tree)], set()
+    while todo:
+        path, node = todo.pop()
+        if isinstance(node, OutOfRange):
+            return path, node
+        if isinstance(node, (dict, list)) and id(node) not in seen:
+            seen.add(id(node))
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            todo += reversed([((*path, key), value) for key, value in items])
+    return None
 
 
 class Map(dict):
@@ -159,6 +184,8 @@ class _Builder:
         else:
             value = self.loader.construct_object(yaml.ScalarNode(tag, text, event.start_mark, event.end_mark,
                                                                  event.style), deep=True)
+            if isinstance(value, float) and out_of_range(text.replace("_", ""), value):
+                value = OutOfRange(value, out_of_range(text, value, ".inf (or -.inf)"))
         if plain:  # a plain scalar's value depends on its text alone: read each text once
             if len(_PLAIN) >= _PLAIN_SIZE:
                 _PLAIN.clear()
