@@ -167,3 +167,13 @@ def test_a_cell_whose_prints_name_a_floating_dtype_drafts_a_case_of_that_dtype(t
     _import(export, tmp_path / "draft.yaml")
     cases = yaml.safe_load((tmp_path / "draft.yaml").read_text(encoding="utf-8"))["cases"]
     assert [case.get("dtype") for case in cases] == ["float64", None]  # unnamed: torch's default, float32
+
+
+def test_a_displayed_values_out_prompt_is_output_not_the_cells_source(tmp_path):
+    export = tmp_path / "nb.txt"
+    export.write_text("In [2]:\nx * 2\n\nOut[2]:\ntensor([2., 2.])\n\nIn [3]:\ny\nOut[3]: tensor([1.])\n",
+                      encoding="utf-8")
+    _import(export, tmp_path / "draft.yaml")
+    text = (tmp_path / "draft.yaml").read_text(encoding="utf-8")
+    assert "Out[" not in text and "#     x * 2\n" in text and "#     y\n" in text
+    assert len(yaml.safe_load(text)["cases"]) == 2

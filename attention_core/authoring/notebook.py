@@ -15,6 +15,7 @@ from pathlib import Path
 CELL = re.compile(r"^In \[([^\]\n]*)\]:[ \t]*$", re.MULTILINE)
 _START = re.compile(r"(?<![\w.`])(?:tensor\(|torch\.Size\()")
 _PARAMETER = "Parameter containing:"
+_OUT = re.compile(r"\n?\s*Out\[\s*\d*\s*\]:\s*$")
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ def read_text_export(text):
             line_start = previous_start
         prints = find_prints(body[line_start:])
         if prints:
-            cells.append(Cell(f"In [{start.group(1)}]", body[:line_start].strip("\n"), prints))
+            source = _OUT.sub("", body[:line_start].rstrip())  # a displayed value's "Out[n]:" is output
+            cells.append(Cell(f"In [{start.group(1)}]", source.strip("\n"), prints))
     return cells
 
 
