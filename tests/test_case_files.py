@@ -402,3 +402,10 @@ def test_a_file_past_the_size_limit_is_refused_unread(tmp_path):
     outcome = {item.id: runner.run(item) for item in runner.collect(tmp_path)}
     assert outcome["a_good/good/double"].passed
     assert f"b_huge.yaml:1: the file is {2**24 + 241} bytes; the limit is 16777216" in outcome["b_huge/invalid"].report
+
+
+def test_a_whole_number_past_int64_says_whether_it_would_fit_as_a_float():
+    with pytest.raises(FieldError, match="does not fit int64 .*; with a decimal point it would be a float"):
+        literal([10**308])
+    with pytest.raises(FieldError, match=r"\(310 digits\) does not fit int64 \(at most about 9.2e18\), nor a float64"):
+        literal([10**309])

@@ -9,7 +9,9 @@ what it is while the others keep their marks.
 import csv
 import inspect
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -264,6 +266,21 @@ def test_grading_a_batch_one_ahead_gives_each_submission_what_grading_it_alone_g
            [(g.score, g.note, [x.score for x in g.grades]) for g in alone]
     assert each[0].score == each[0].max_score and 0 < each[3].score < each[3].max_score
     assert "could not be opened" in each[1].note and "could not be imported" in each[2].note
+
+
+def test_a_grading_server_that_dies_between_submissions_costs_none_of_them_a_point(tmp_path):
+    paths = []
+    for name in "abc":
+        (tmp_path / f"{name}.py").write_text(REFERENCE, encoding="utf-8")
+        paths.append(tmp_path / f"{name}.py")
+    with Grader() as grader:
+        graded = []
+        for one in grader.grade_each(paths):
+            graded.append(one)
+            if len(graded) == 1:  # b is set up on this server by now: it dies with it
+                os.kill(grader._worker.pid, signal.SIGKILL)
+                grader._worker._process.wait()
+    assert [(g.score, g.note) for g in graded] == [(graded[0].max_score, "")] * 3
 
 
 def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths(tmp_path, monkeypatch):

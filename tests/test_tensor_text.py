@@ -689,3 +689,13 @@ def test_looks_like_size():
     assert looks_like_size("\n  torch.Size([])")
     assert not looks_like_size("tensor([1., 2.])")
     assert not looks_like_size("Size([4])")
+
+
+def test_float64s_largest_magnitude_as_torch_prints_it_reads_as_itself_and_a_number_past_it_is_refused():
+    # masked_fill(~mask, torch.finfo(torch.float64).min) prints -1.7977e+308, which float() reads as -inf
+    printed = parse_tensor("tensor([ 0.0000e+00, -1.7977e+308], dtype=torch.float64)")
+    assert printed.values.tolist() == [0.0, -torch.finfo(torch.float64).max]
+    with pytest.raises(TensorTextError, match=r"column 9: the number 1\.7978e\+308 is beyond float64's range"):
+        parse_tensor("tensor([1.7978e+308])")
+    with pytest.raises(TensorTextError, match="1e-400 is below float64's smallest magnitude"):
+        parse_tensor("tensor([1e-400])")

@@ -11,6 +11,7 @@ import ctypes
 import gc
 import multiprocessing
 import queue
+import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -120,6 +121,8 @@ def _grader_process(cases, options, out, first, tasks, done):
     name)), then what it takes from ``tasks`` (None at the end), and sending ``(index, Scores, None)``
     to ``done``, or ``(None, None, traceback)`` should grading itself fail."""
     taken = collections.deque()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C: it ends us with SIGTERM
+    signal.signal(signal.SIGTERM, _end_quietly)
 
     def paths():
         task = first
@@ -136,6 +139,12 @@ def _grader_process(cases, options, out, first, tasks, done):
                 done.put((index, _write(graded, name, out), None))
     except BaseException:  # noqa: BLE001 (the batch fails with it, in the parent)
         done.put((None, None, traceback.format_exc()))
+
+
+def _end_quietly(*_):
+    """SIGTERM in a grader process: unwind (its Grader closes its worker server and scratch folders)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(1)
 
 
 def _in_processes(paths, names, out, cases, options, jobs, bar):
@@ -162,21 +171,28 @@ def _in_processes(paths, names, out, cases, options, jobs, bar):
         finished = True
     finally:
         for process in processes:
-            process.join(timeout=30 if finished else 0)  # each closes its worker server as it ends
+            if not finished:
+                process.terminate()
+        for process in processes:
+            process.join(timeout=30)  # each closes its worker server as it ends
             if process.is_alive():
                 process.kill()
     return scores
 
 
 def _next_done(done, processes):
-    """The next message on ``done``; a RuntimeError once no grader process is left to send one."""
+    """The next message on ``done``; a RuntimeError as soon as a grader process has died (the
+    submissions it held would never be graded), or none is left to send one."""
     while True:
+        if any(p.exitcode not in (None, 0) for p in processes):
+            break
         try:
             return done.get(timeout=1.0)
         except queue.Empty:
             if not any(p.is_alive() for p in processes):
-                codes = ", ".join(str(p.exitcode) for p in processes)
-                raise RuntimeError(f"the grader processes ended before the batch did (exit codes {codes})") from None
+                break
+    codes = ", ".join(str(p.exitcode) for p in processes)
+    raise RuntimeError(f"a grader process ended before the batch did (exit codes {codes})")
 
 
 def _unique_names(paths):

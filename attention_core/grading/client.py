@@ -90,6 +90,10 @@ class Worker:
     def pid(self):
         return self._process.pid
 
+    def alive(self):
+        """Whether the server is still running."""
+        return self._process.poll() is None
+
     def __enter__(self):
         return self
 

@@ -8,6 +8,7 @@ and compares them with the float64 torch route's, and fails a call that changed 
 tensors in place.
 """
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -115,9 +116,7 @@ class Grader:
         """Grade one submission (a ``.py`` file or a folder); ``into``: the SubmissionGrade to fill, check
         by check (another thread may read what is graded so far)."""
         path = Path(path)
-        opened = self._set_up(path)
-        if opened[2]:
-            self._restart()
+        opened = self._on_a_live_server(path, self._set_up(path))
         return self._graded(path, opened, into, lambda submission: submission and submission.close())
 
     def grade_each(self, paths):
@@ -146,14 +145,23 @@ class Grader:
             try:
                 while coming[-1] is not None:
                     path, future = coming.pop()
-                    opened = future.result()
-                    if opened[2]:
-                        chores.submit(int).result()  # what the failed server was still doing, done
-                        self._restart()
-                    yield self._graded(Path(path), opened, None, calls_made)
+                    opened = future.result()  # (the one before it collected first)
+                    yield self._graded(Path(path), self._on_a_live_server(Path(path), opened), None, calls_made)
             finally:
-                if coming and coming[-1] is not None and coming[-1][1].result()[0] is not None:
-                    coming[-1][1].result()[0].close()
+                with contextlib.suppress(Exception):  # never in place of the exception that ends the batch
+                    if coming and coming[-1] is not None and coming[-1][1].result()[0] is not None:
+                        coming[-1][1].result()[0].close()
+
+    def _on_a_live_server(self, path, opened):
+        """``opened`` (see :meth:`_set_up`); where the grading server failed (it died, and the process set
+        up for the submission with it), a new server and the submission set up there once more: the
+        grading machinery's failure is never a submission's."""
+        if not opened[2] and self._worker.alive():
+            return opened
+        if opened[0] is not None:
+            opened[0].close()
+        self._restart()
+        return self._set_up(path)
 
     def _set_up(self, path):
         """(the submission's process, set up but not started, or None; why none; whether the server failed)."""
@@ -166,7 +174,7 @@ class Grader:
 
     def _graded(self, path, opened, into, calls_made):
         """The submission ``opened`` (see :meth:`_set_up`) graded; ``calls_made(submission or None)`` is
-        called once its calls are made (or could not be)."""
+        called once its calls are made (or could not be); should grading itself fail, it is closed."""
         start = time.monotonic()
         graded = into if into is not None else SubmissionGrade(submission_name(path), path)
         submission, graded.note, _ = opened
@@ -185,8 +193,11 @@ class Grader:
                 if following is not None and functions is not None:
                     self._say_next(following, functions)
                 graded.grades += self._grade_item(item, submission, functions, problem)
-        finally:
-            calls_made(submission)
+        except BaseException:
+            if submission is not None:
+                submission.close()
+            raise
+        calls_made(submission)
         self.diagnoser.explain(graded)
         graded.seconds = time.monotonic() - start
         return graded

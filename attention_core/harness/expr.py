@@ -12,16 +12,15 @@ dispatch table keyed by node type. Examples::
 Names resolve from the caller's scope, then :data:`CONSTANTS`; calls from the caller's ``functions``,
 then :data:`BUILTINS` (see :mod:`.expr_builtins`). A number beyond float64's range is refused.
 
-Limits hold before anything is allocated. No result may hold more than :data:`MAX_ELEMENTS`
-= 2**24 elements (an expanded view too), and the new tensors of one evaluation at most
-:data:`MAX_TOTAL_ELEMENTS` = 2**25, or what a :class:`Budget` shared by several evaluations
-allows (views and the scope's tensors are free). At 8 bytes (float64), 2**25 elements are
-256 MiB: a case re-run in float64 several times stays under 1.5 GB. Tuples and lists built
-with ``+`` hold at most :data:`MAX_SEQUENCE` items. Torch sizes the operations itself: one
-whose quick bound (from its operands' shapes) could pass a limit is first run on the meta
-device (shapes without storage) and refused if its result is too large; one whose size
-depends on values the meta device lacks is refused there. Functions supplied by the caller
-are called as they are, and their results charged once they return.
+Limits hold before anything is allocated. No result may hold more than :data:`MAX_ELEMENTS` = 2**24
+elements (an expanded view too), and the new tensors of one evaluation at most :data:`MAX_TOTAL_ELEMENTS`
+= 2**25, or what a :class:`Budget` shared by several evaluations allows (views and the scope's tensors
+are free). At 8 bytes (float64), 2**25 elements are 256 MiB: a case re-run in float64 several times
+stays under 1.5 GB. Tuples and lists built with ``+`` hold at most :data:`MAX_SEQUENCE` items. Torch
+sizes the operations itself: one whose quick bound (from its operands' shapes) could pass a limit is
+first run on the meta device (shapes without storage) and refused if its result is too large; one
+whose size depends on values the meta device lacks is refused there. Functions supplied by the
+caller are called as they are, and their results charged once they return.
 
 Columns in errors are 1-based character positions in the source text as given.
 """
@@ -40,7 +39,7 @@ import torch
 from attention_core.harness.expr_builtins import (
     BUILTINS, CONSTANTS, CREATION, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES, Budget,
     Refused, check_to, created_elements, index_bound, matmul, power, quick_bound, size_on_meta)
-from attention_core.harness.text import out_of_range
+from attention_core.harness.text import as_float, out_of_range
 
 __all__ = ["ExprError", "Expr", "Budget", "parse", "BUILTINS", "CONSTANTS", "TENSOR_METHODS", "TENSOR_PROPERTIES"]
 
@@ -192,6 +191,7 @@ class _Validator:
             written = ast.get_source_segment(self.source.lstrip(), node) or repr(node.value)
             if isinstance(node.value, float) and (why := out_of_range(written, node.value)):
                 self.refuse(why, node)
+            node.value = as_float(written) if isinstance(node.value, float) else node.value  # ±max rounded
         elif kind is ast.Name:
             self.check_identifier(node.id, "names", node)
             if node.id not in CONSTANTS:

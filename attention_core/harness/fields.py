@@ -205,7 +205,10 @@ def literal(value):
     except (OverflowError, RuntimeError, ValueError) as err:
         big = next((v for v in flat if isinstance(v, int) and not -2**63 <= v < 2**63), None)
         if big is not None:
-            floats = "; with a decimal point it would be a float" if abs(big) < 2**1023 else ", nor a float64"
+            try:
+                floats = "; with a decimal point it would be a float" if float(big) else ""
+            except OverflowError:
+                floats = ", nor a float64"
             raise FieldError(f"the whole number {shorten(str(big), 30)} ({len(str(abs(big)))} digits) does not fit "
                              f"int64 (at most about 9.2e18){floats}") from None
         raise FieldError(f"a number does not fit: {quote(str(err))[1:-1]}") from None

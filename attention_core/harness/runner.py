@@ -375,7 +375,8 @@ def _targets(check, scope, outputs, device, dtype, failures=None):
 def _returned(check, expectation, outputs):
     """What the results an expression read are, beside what the spec says its function returns."""
     seen = [f"`{name}` is {str(outputs[name].dtype).removeprefix('torch.')} of shape {list(outputs[name].shape)}"
-            for name in dict.fromkeys(expectation.expr.names) if isinstance(outputs.get(name), torch.Tensor)]
+            for name in sorted(expectation.expr.names, key=lambda n: (expectation.expr.source.find(n), n))
+            if isinstance(outputs.get(name), torch.Tensor)]
     if not seen:
         return ""
     said = spec.FUNCTIONS[check.function].summary if check.function in spec.FUNCTIONS else None

@@ -5,8 +5,10 @@ and a raw escape sequence can clear a terminal or fake a table; every message th
 file's content passes it through :func:`shorten` (values) or :func:`escape` (text).
 """
 
+import decimal
 import math
 import reprlib
+import sys
 
 _REPR = reprlib.Repr()  # bounded: never walks more of a nested value than it shows
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 6, 6, 6
@@ -52,12 +54,31 @@ def points(x):
     return int(x) if float(x).is_integer() else round(float(x), 6)
 
 
+def as_float(text):
+    """``float(text)``, except that float64's largest magnitude rounded to the digits written (torch
+    prints ``finfo(float64).min``, a common mask fill, as ``-1.7977e+308``) reads as that magnitude,
+    not as an infinity."""
+    value = float(text)
+    if math.isinf(value) and "inf" not in text.lower() and _largest_rounded(text):
+        return math.copysign(sys.float_info.max, value)
+    return value
+
+
+def _largest_rounded(text):
+    written = decimal.Decimal(text.replace("_", ""))
+    return abs(written) - _LARGEST <= decimal.Decimal(1).scaleb(written.as_tuple().exponent) / 2
+
+
+_LARGEST = decimal.Decimal(sys.float_info.max)  # exactly
+
+
 def out_of_range(text, value, infinity="inf"):
     """Why the number written ``text`` does not read as what it says (``value``, how Python reads it):
     beyond float64's range (an infinity, written ``infinity`` where meant) or below its smallest
-    magnitude (0); None where it fits."""
-    if math.isinf(value) and "inf" not in text.lower():
-        return f"the number {text} is beyond float64's range (about ±1.8e308); an infinity is written {infinity}"
+    magnitude (0); None where it fits (float64's largest magnitude rounded, see :func:`as_float`)."""
+    if math.isinf(value) and "inf" not in text.lower() and not _largest_rounded(text):
+        return (f"the number {text} is beyond float64's range (its largest is 1.7976931348623157e+308); "
+                f"an infinity is written {infinity}")
     if value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]):
         return f"the number {text} is below float64's smallest magnitude (about 4.9e-324): it would read as 0"
     return None
