@@ -94,7 +94,8 @@ class Grader:
         self._worker = None
         self._golden_grads = {}
         self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
-        self._reads, self._small, self._sliced = {}, {}, {}  # per check, for the batch: see their uses
+        self._reads = {i: _read_results(i.check) for i in self.items if i.error is None}  # the results each reads
+        self._differentiable, self._sliced = {}, {}  # per check, for the batch: see their uses
         self._threads = None
 
     def __enter__(self):
@@ -129,28 +130,26 @@ class Grader:
         that grader processes sharing one queue take a submission only when about to grade it.
         """
         paths = iter(paths)
+        upcoming = None  # (path, the future of its set-up): the next submission
         with ThreadPoolExecutor(1, thread_name_prefix="grading-server-chores") as chores:
-            coming = []
-
-            def set_up_next():
-                following = next(paths, None)
-                coming.append(None if following is None else (following, chores.submit(self._set_up, Path(following))))
-
             def calls_made(submission):
+                nonlocal upcoming
                 if submission is not None:
                     chores.submit(submission.close)
-                set_up_next()
+                following = next(paths, None)
+                if following is not None:  # (upcoming is None here: taken, or not yet set)
+                    upcoming = (Path(following), chores.submit(self._set_up, Path(following)))
 
-            set_up_next()
+            calls_made(None)
             try:
-                while coming[-1] is not None:
-                    path, future = coming.pop()
+                while upcoming is not None:
+                    (path, future), upcoming = upcoming, None
                     opened = future.result()  # (the one before it collected first)
-                    yield self._graded(Path(path), self._on_a_live_server(Path(path), opened), None, calls_made)
+                    yield self._graded(path, self._on_a_live_server(path, opened), None, calls_made)
             finally:
                 with contextlib.suppress(Exception):  # never in place of the exception that ends the batch
-                    if coming and coming[-1] is not None and coming[-1][1].result()[0] is not None:
-                        coming[-1][1].result()[0].close()
+                    if upcoming is not None and upcoming[1].result()[0] is not None:
+                        upcoming[1].result()[0].close()
 
     def _on_a_live_server(self, path, opened):
         """``opened`` (see :meth:`_set_up`); where the grading server failed (it died, and the process set
@@ -183,7 +182,7 @@ class Grader:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
                               "\n".join(submission.traceback)
             functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0,
-                                         differentiable=self._small) if submission is not None else None)
+                                         differentiable=self._differentiable) if submission is not None else None)
             problem = graded.note
             if submission is not None:
                 graded.protections = submission.protections
@@ -237,7 +236,7 @@ class Grader:
         if functions is None or submission.status != replies.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
-            functions.last_grad, functions.keep = None, self._read(item)
+            functions.last_grad, functions.keep = None, self._reads[item]
             result = self._value_result(item, functions)
         grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source)]
         backward = self._backward(item, submission, functions, result) if self.gradient_points > 0 else None
@@ -250,13 +249,7 @@ class Grader:
         """Tell the submission the call ``item`` will make (it computes it while this one is judged)."""
         call = None if item.error is not None or self._case_refused(item) else self._graded_call(item)
         if call is not None and call[0] not in functions.timed_out:
-            functions.ahead(*call, keep=self._read(item), reuse=item)
-
-    def _read(self, item):
-        """The positions of the results ``item``'s check reads, once per batch."""
-        if item not in self._reads:
-            self._reads[item] = _read_results(item.check)
-        return self._reads[item]
+            functions.ahead(*call, keep=self._reads[item], reuse=item)
 
     def _case_refused(self, item):
         """Why the call ``item`` checks cannot be asked of anyone (a result too large to check, or

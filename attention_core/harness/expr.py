@@ -39,7 +39,7 @@ import torch
 from attention_core.harness.expr_builtins import (
     BUILTINS, CONSTANTS, CREATION, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES, Budget,
     Refused, check_to, created_elements, index_bound, matmul, power, quick_bound, size_on_meta)
-from attention_core.harness.text import as_float, out_of_range
+from attention_core.harness.text import read_float
 
 __all__ = ["ExprError", "Expr", "Budget", "parse", "BUILTINS", "CONSTANTS", "TENSOR_METHODS", "TENSOR_PROPERTIES"]
 
@@ -188,10 +188,10 @@ class _Validator:
             for refused, name in ((str, "strings"), (bytes, "bytes"), (complex, "complex numbers")):
                 if isinstance(node.value, refused):
                     self.refuse(f"{name} are not allowed", node)
-            written = ast.get_source_segment(self.source.lstrip(), node) or repr(node.value)
-            if isinstance(node.value, float) and (why := out_of_range(written, node.value)):
-                self.refuse(why, node)
-            node.value = as_float(written) if isinstance(node.value, float) else node.value  # ±max rounded
+            if isinstance(node.value, float):  # float64's largest, rounded, is kept; past it is refused
+                node.value, why = read_float(ast.get_source_segment(self.source.lstrip(), node), node.value)
+                if why:
+                    self.refuse(why, node)
         elif kind is ast.Name:
             self.check_identifier(node.id, "names", node)
             if node.id not in CONSTANTS:

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import torch
 
-from attention_core.harness.text import as_float, out_of_range
+from attention_core.harness.text import read_float
 
 __all__ = ["TensorTextError", "PrintedTensor", "parse_tensor", "parse_size", "looks_like_size"]
 
@@ -304,8 +304,8 @@ class _Parser(_Reader):
         if kind not in ("num", "bool"):
             raise self.error(f"expected a number, True/False or '...' (rows nest {self.ndim} "
                              f"deep), found {value!r}", offset)
-        if kind == "num" and out_of_range(value, float(value)):  # torch prints none such
-            raise self.error(out_of_range(value, float(value)), offset)
+        if kind == "num" and (why := read_float(value)[1]):  # torch prints none such
+            raise self.error(why, offset)
         if self.leaf_kind is None:
             self.leaf_kind = kind
         elif kind != self.leaf_kind:
@@ -351,7 +351,7 @@ class _Parser(_Reader):
         if kind == "bool":
             values = [1.0 if token == "True" else 0.0 for token in tokens]
         else:
-            values = [as_float(token) for token in tokens]
+            values = [read_float(token)[0] for token in tokens]
         if notation in ("fixed", "sci"):
             units = [_unit(token) for token in tokens]
         else:

@@ -54,31 +54,24 @@ def points(x):
     return int(x) if float(x).is_integer() else round(float(x), 6)
 
 
-def as_float(text):
-    """``float(text)``, except that float64's largest magnitude rounded to the digits written (torch
-    prints ``finfo(float64).min``, a common mask fill, as ``-1.7977e+308``) reads as that magnitude,
-    not as an infinity."""
-    value = float(text)
-    if math.isinf(value) and "inf" not in text.lower() and _largest_rounded(text):
-        return math.copysign(sys.float_info.max, value)
-    return value
-
-
-def _largest_rounded(text):
-    written = decimal.Decimal(text.replace("_", ""))
-    return abs(written) - _LARGEST <= decimal.Decimal(1).scaleb(written.as_tuple().exponent) / 2
+def read_float(text, value=None, infinity="inf"):
+    """(value, why) of the number written ``text`` (None where unknown: ``value``'s own form), ``value``
+    being how it was read where it was. Float64's largest magnitude rounded to the digits written
+    (torch prints ``finfo(float64).min``, a common mask fill, as ``-1.7977e+308``) reads as that
+    magnitude, not as an infinity; ``why`` says what else does not read as written: beyond float64's
+    range (an infinity, written ``infinity`` where meant) or below its smallest magnitude (0). It is
+    None where the number fits."""
+    value = float(text) if value is None else value
+    text = repr(value) if text is None else text
+    if math.isinf(value) and "inf" not in text.lower():
+        written = decimal.Decimal(text)
+        if abs(written) - _LARGEST <= decimal.Decimal(1).scaleb(written.as_tuple().exponent) / 2:
+            return math.copysign(sys.float_info.max, value), None
+        return value, (f"the number {text} is beyond float64's range (its largest is 1.7976931348623157e+308); "
+                       f"an infinity is written {infinity}")
+    if value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]):
+        return value, f"the number {text} is below float64's smallest magnitude (about 4.9e-324): it would read as 0"
+    return value, None
 
 
 _LARGEST = decimal.Decimal(sys.float_info.max)  # exactly
-
-
-def out_of_range(text, value, infinity="inf"):
-    """Why the number written ``text`` does not read as what it says (``value``, how Python reads it):
-    beyond float64's range (an infinity, written ``infinity`` where meant) or below its smallest
-    magnitude (0); None where it fits (float64's largest magnitude rounded, see :func:`as_float`)."""
-    if math.isinf(value) and "inf" not in text.lower() and not _largest_rounded(text):
-        return (f"the number {text} is beyond float64's range (its largest is 1.7976931348623157e+308); "
-                f"an infinity is written {infinity}")
-    if value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]):
-        return f"the number {text} is below float64's smallest magnitude (about 4.9e-324): it would read as 0"
-    return None

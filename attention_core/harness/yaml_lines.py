@@ -6,14 +6,13 @@ problem of reading, PyYAML's own constructors included, is a :class:`CaseError` 
 """
 
 import errno
-import math
 import os
 import re
 import stat
 
 import yaml
 
-from attention_core.harness.text import as_float, escape, out_of_range, shorten
+from attention_core.harness.text import escape, read_float, shorten
 
 MAX_NODES = 10**6  # nodes of the document with every alias expanded
 MAX_BYTES = 2**24  # a case file of 16 MiB is far past any document's worked examples
@@ -185,10 +184,9 @@ class _Builder:
         else:
             value = self.loader.construct_object(yaml.ScalarNode(tag, text, event.start_mark, event.end_mark,
                                                                  event.style), deep=True)
-            if isinstance(value, float) and math.isinf(value) and not out_of_range(text.replace("_", ""), value):
-                value = as_float(text)  # float64's largest, rounded; or an infinity written as one
-            elif isinstance(value, float) and out_of_range(text.replace("_", ""), value):
-                value = OutOfRange(value, out_of_range(text, value, ".inf (or -.inf)"))
+            if isinstance(value, float):
+                value, why = read_float(text.replace("_", ""), value, ".inf (or -.inf)")
+                value = OutOfRange(value, why) if why else value
         if plain:  # a plain scalar's value depends on its text alone: read each text once
             if len(_PLAIN) >= _PLAIN_SIZE:
                 _PLAIN.clear()
