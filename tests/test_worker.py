@@ -403,7 +403,9 @@ def test_the_time_budget_ends_calls_once_spent(submit):
     s = submit(SOFTMAX + "\ndef causal_average(x):\n    while True:\n        pass\n", budget=1.0)
     assert s.call("causal_average", (torch.ones(1),), timeout=0.6).status == "timeout"
     second = s.call("causal_average", (torch.ones(1),), timeout=0.6)
-    assert second.status == "timeout" and 0.3 < second.seconds < 0.5 + 1
+    limit = float(second.message.removeprefix("the call did not return within ").removesuffix(" s"))
+    assert second.status == "timeout" and limit < 0.6  # cut to what is left of the budget, imports counted
+    assert limit <= second.seconds < limit + 1
     spent = s.call("softmax", (torch.ones(1),))
     assert (spent.status, spent.message) == ("timeout", "the submission's time budget of 1 s is spent")
 
