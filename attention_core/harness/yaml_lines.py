@@ -148,7 +148,7 @@ class _Builder:
             return self.alias(event)
         else:
             if depth > MAX_DEPTH:
-                raise _at(event, f"the YAML nests deeper than {MAX_DEPTH} levels")
+                raise _at(event, _TOO_DEEP)
             if event.tag not in (None, "!", _SEQ, _MAP):
                 raise _at(event, f"unknown YAML tag {shorten(event.tag)!r}: a case file is plain YAML, without tags")
             if event.anchor is not None:
@@ -332,12 +332,38 @@ def read_bytes(path, shown):
 
 def parse(text):
     """Parse YAML ``text`` (see :func:`read`); errors carry no path."""
+    try:
+        return _parse(text)
+    except _TooDeepForLibyaml as err:
+        # libyaml (PyYAML 6.0.4 on) refuses past its own depth of 1000, and its scanner reads up to a line's
+        # 1024 characters ahead, so it may answer before MAX_DEPTH is reached. The text up to where it stopped
+        # holds every level it opened: read alone, MAX_DEPTH answers at the level it refuses.
+        try:
+            _parse(text[:err.index])
+        except CaseError as first:
+            if first.message == _TOO_DEEP:
+                raise first from None
+        raise CaseError(None, err.line, _TOO_DEEP, column=err.column) from None
+
+
+_TOO_DEEP = f"the YAML nests deeper than {MAX_DEPTH} levels"
+
+
+class _TooDeepForLibyaml(Exception):
+    def __init__(self, mark):
+        super().__init__()
+        self.index, self.line, self.column = mark.index, mark.line + 1, mark.column + 1
+
+
+def _parse(text):
     loader = _Loader(text)
     loader.text_lines = ("", *text.split("\n"))  # 1-based
     try:
         return _Builder(loader).document()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
+        if err.problem == "exceeded maximum nesting depth" and mark is not None:
+            raise _TooDeepForLibyaml(mark) from None
         opened = err.context_mark
         where = (f" opened at line {opened.line + 1}, column {opened.column + 1},"
                  if err.context and opened is not None and opened.line != mark.line else "")
