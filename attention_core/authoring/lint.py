@@ -35,24 +35,25 @@ class Finding:
         return f"{escape(self.path)}:{self.line}:{self.column}: {self.severity}: {escape(self.message)}"
 
 
-def lint(paths, *, default_folder=None):
-    """The findings of every case file named by ``paths`` (files or folders), in file order."""
+def lint(paths, *, default_folder=None, assignment=None):
+    """The findings of every case file named by ``paths`` (files or folders), in file order; calls are
+    checked against ``assignment`` (default: the built-in one)."""
     findings = []
     for path in map(Path, paths or [default_folder]):
         files = find_case_files(path) if path.is_dir() else [path]
         if path.is_dir() and not files:
             findings.append(Finding(str(path), 1, 1, "error", "no case files (*.yaml, *.yml) in this folder"))
         for file in files:
-            findings += lint_file(file)
+            findings += lint_file(file, assignment)
     return findings
 
 
-def lint_file(path):
+def lint_file(path, assignment=None):
     """The findings of one case file: load errors, then each loaded case's dry run and drafts."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return [Finding(str(path), 1, 1, "error", "no such file")]
-    case_file = load_file(path)
+    case_file = load_file(path, assignment=assignment)
     lines = _lines(path)
     shown = str(shown_path(path))
 
@@ -61,7 +62,7 @@ def lint_file(path):
 
     findings = [at(e.line, "error", e.message, e.column) for e in case_file.errors]
     for case in case_file.cases:
-        findings += [at(line, "error", message) for line, message in dry_run(case)]
+        findings += [at(line, "error", message) for line, message in dry_run(case, case_file.assignment)]
         for check in case.checks:
             findings += [at(line, "warning", f"pending: {message}") for line, message in waiting(check)]
             findings += [at(e.line, "warning", f"recorded, not reviewed: the expectation for {e.target!r} was "
@@ -71,7 +72,7 @@ def lint_file(path):
     return sorted(findings, key=lambda f: (f.line, f.column))
 
 
-def dry_run(case):
+def dry_run(case, assignment):
     """(line, message) for each shape that cannot go through: each graded call run on the ``meta`` device.
 
     Inputs and arguments are made on the CPU (a case's own arithmetic, as a run makes it); the
@@ -89,8 +90,11 @@ def dry_run(case):
         if check.expr is None or waiting(check):
             continue
         try:
-            if check.kind == "call":
-                arguments = check.expr.call_arguments(scope, functions=runner.REFERENCE, dtype=case.dtype)
+            if check.kind == "call" and not assignment.builtin:  # a teacher's reference: run on the CPU
+                arguments = runner.graded_arguments(check, case, scope, assignment.functions, "cpu", case.dtype)
+                result = assignment.functions[arguments[0]](*arguments[1], **arguments[2])
+            elif check.kind == "call":
+                arguments = check.expr.call_arguments(scope, functions=assignment.functions, dtype=case.dtype)
                 result = refusals.meta_results(*arguments)
                 too_large = refusals.results_too_large(check.expr.source, result)
                 if too_large:

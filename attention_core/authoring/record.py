@@ -22,6 +22,7 @@ from attention_core.harness.inputs import materialise
 from attention_core.harness.model import waiting
 
 TORCH_ROUTE = "torch's functions in float64, cast to {dtype}"
+TEACHER_ROUTE = "the assignment's reference in float64, cast to {dtype}"
 REFERENCE_ROUTE = "the reference core in {dtype} (no independent route: {why}); check it against the document"
 
 
@@ -30,13 +31,13 @@ class RecordError(ValueError):
     cannot be computed by either route."""
 
 
-def record(path, *, case_id=None):
+def record(path, *, case_id=None, assignment=None):
     """Fill every missing expectation of ``path`` (of the case ``case_id`` only, if given).
 
     Returns:
         ``(check id, target, how)`` for each expectation written, in file order.
     """
-    case_file = load_file(path)
+    case_file = load_file(path, assignment=assignment)
     if case_file.errors:
         first = case_file.errors[0]
         raise RecordError(f"{first.where}: {first.message} (fix what lint reports first)")
@@ -55,7 +56,7 @@ def record(path, *, case_id=None):
             if not missing or check.expr is None:
                 continue
             try:
-                values, how = _compute(case, check)
+                values, how = _compute(case, check, case_file.assignment)
             except Exception as err:  # noqa: BLE001 (neither route can run it: nothing is written)
                 why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
                 raise RecordError(f"{path}:{check.line}: {case.id}/{check.id} cannot be computed: {why}") from None
@@ -75,19 +76,26 @@ def pending_checks(path):
             if check.expr is None and waiting(check)]
 
 
-def _compute(case, check):
-    """The check's results and targets, by the torch route in float64 (cast back), else by the reference core."""
+def _compute(case, check, assignment):
+    """The check's results and targets, by the torch route in float64 (cast back), else by the reference core.
+
+    A teacher's assignment has no route of torch's own beside its reference: its reference computes
+    in float64 (cast back), and the mark says so."""
     dtype = str(case.dtype).removeprefix("torch.")
+    reference = assignment.functions
+    independent = assignment.builtin or check.kind != "call"
     try:
         scope = materialise(case, dtype=torch.float64)
-        functions = torch_route.FUNCTIONS if check.kind == "call" else runner.REFERENCE
-        outputs = runner._call(check, check.expr, scope, functions, "cpu", torch.float64)
+        functions = torch_route.FUNCTIONS if check.kind == "call" and assignment.builtin else reference
+        outputs = runner._call(check, check.expr, scope, functions, "cpu", case, reference=reference,
+                               dtype=torch.float64)
         values = runner._targets(check, scope, outputs, "cpu", torch.float64)
-        return {k: _cast(v, case.dtype) for k, v in values.items()}, TORCH_ROUTE.format(dtype=dtype)
+        how = TORCH_ROUTE.format(dtype=dtype) if independent else TEACHER_ROUTE.format(dtype=dtype)
+        return {k: _cast(v, case.dtype) for k, v in values.items()}, how
     except Exception as err:  # noqa: BLE001 (the route cannot take this case: the reference core can)
         why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
     scope = materialise(case)
-    outputs = runner._call(check, check.expr, scope, runner.REFERENCE, "cpu", case.dtype)
+    outputs = runner._call(check, check.expr, scope, reference, "cpu", case, reference=reference)
     return runner._targets(check, scope, outputs, "cpu", case.dtype), REFERENCE_ROUTE.format(dtype=dtype, why=why)
 
 

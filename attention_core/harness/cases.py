@@ -33,6 +33,7 @@ class CaseFile:
     document: Document | None
     cases: tuple[Case, ...] = ()
     errors: tuple[CaseError, ...] = field(default=())
+    assignment: object = None  # the Assignment whose names the calls were settled against (None: the default)
 
 
 def find_case_files(folder):
@@ -50,11 +51,11 @@ def clear_caches():
     yaml_lines._PLAIN.clear()
 
 
-def load_folder(folder):
-    """Load every case file of ``folder``."""
+def load_folder(folder, assignment=None):
+    """Load every case file of ``folder``, their calls settled against ``assignment`` (default: the built-in one)."""
     shown = shown_path(Path(folder))  # once for the folder: a file's own is the folder's and its name
     with _collection_paused():
-        return [load_file(path, shown / path.name) for path in find_case_files(folder)]
+        return [load_file(path, shown / path.name, assignment) for path in find_case_files(folder)]
 
 
 @contextlib.contextmanager
@@ -71,11 +72,15 @@ def _collection_paused():
             gc.enable()
 
 
-def load_file(path, shown=None):
+def load_file(path, shown=None, assignment=None):
     """Load one case file; never raises for a problem in the file (see ``CaseFile.errors``).
 
-    Messages name the file as ``shown`` (default: its path as :func:`shown_path` gives it).
+    Messages name the file as ``shown`` (default: its path as :func:`shown_path` gives it). Its calls
+    are settled against ``assignment`` (default: the built-in one).
     """
+    if assignment is None:
+        from attention_core.assignment import default  # noqa: PLC0415 (the assignment reads the harness)
+        assignment = default()
     path = Path(path)
     shown = shown_path(path) if shown is None else shown
     try:
@@ -83,15 +88,15 @@ def load_file(path, shown=None):
         _numbers_in_range({k: v for k, v in tree.items() if k != "cases"} if isinstance(tree, dict) else tree)
         envelope = Envelope.model_validate(tree if tree is not None else yaml_lines.Map())
     except CaseError as err:
-        return CaseFile(path, path.stem, None, errors=(err,))
+        return CaseFile(path, path.stem, None, errors=(err,), assignment=assignment)
     except Misplaced as err:
-        return CaseFile(path, path.stem, None, errors=(_case_error(shown, tree, (), err, None),))
+        return CaseFile(path, path.stem, None, errors=(_case_error(shown, tree, (), err, None),), assignment=assignment)
     except pydantic.ValidationError as err:
-        return CaseFile(path, path.stem, None, errors=(_from_validation(shown, tree, (), err),))
+        return CaseFile(path, path.stem, None, errors=(_from_validation(shown, tree, (), err),), assignment=assignment)
     except Exception as err:  # noqa: BLE001 (anything else about reading the file is still the file's error)
         problem = CaseError(shown, 1, f"the file could not be read: {type(err).__name__}: {shorten(str(err))}")
-        return CaseFile(path, path.stem, None, errors=(problem,))
-    context = {"document": envelope.document, "defaults": envelope.defaults}
+        return CaseFile(path, path.stem, None, errors=(problem,), assignment=assignment)
+    context = {"document": envelope.document, "defaults": envelope.defaults, "assignment": assignment}
     cases, errors, seen = [], [], set()
     for i, raw in enumerate(envelope.cases):
         at = ("cases", i)
@@ -106,7 +111,7 @@ def load_file(path, shown=None):
             case_id = raw.get("id") if isinstance(raw, dict) else None
             usable = isinstance(case_id, str) and ID.match(case_id) and case_id not in seen
             errors.append(_case_error(shown, tree, at, err, case_id if usable else None))
-    return CaseFile(path, path.stem, envelope.document, tuple(cases), tuple(errors))
+    return CaseFile(path, path.stem, envelope.document, tuple(cases), tuple(errors), assignment)
 
 
 def _numbers_in_range(tree):

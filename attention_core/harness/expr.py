@@ -168,8 +168,9 @@ _LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple)
 class _Validator:
     """One pass over a parsed tree: refuses what is not allowed, collects names and calls."""
 
-    def __init__(self, source: str, functions: frozenset[str]):
-        self.source, self.functions = source, functions
+    def __init__(self, source: str, functions: frozenset[str], any_function: bool = False):
+        self.source, self.functions, self.any_function = source, functions, any_function
+        self.top: ast.AST | None = None  # a graded call's whole expression: `Cls(...)(...)` is allowed there
         self.names: set[str] = set()
         self.calls: set[str] = set()
 
@@ -226,9 +227,11 @@ class _Validator:
         func = node.func
         if isinstance(func, ast.Name):
             self.check_identifier(func.id, "names", func)
-            if func.id not in self.functions:
+            if func.id not in self.functions and not self.any_function:
                 self.refuse(f"unknown function '{func.id}'", func)
             self.calls.add(func.id)
+        elif isinstance(func, ast.Call) and node is self.top and isinstance(func.func, ast.Name):
+            self.check_call(func, depth + 1)  # a class made, then called: `CausalAttention(3, 2)(x)`
         elif isinstance(func, ast.Attribute):
             self.check_attribute(func)
             if func.attr not in TENSOR_METHODS:
@@ -281,13 +284,15 @@ def _parse_tree(source: str) -> ast.Expression:
         raise ExprError(f"syntax error: {exc}", None, source) from None
 
 
-def parse(source: str, *, extra_functions: Collection[str] = ()) -> Expr:
+def parse(source: str, *, extra_functions: Collection[str] = (), any_function: bool = False) -> Expr:
     """Parse and validate an expression, once.
 
     Args:
         source: the expression text (at most 2000 characters).
         extra_functions: names of functions the caller will supply to :meth:`Expr.evaluate`
             (e.g. ``"attention"``); these and :data:`BUILTINS` are the only names that may be called.
+        any_function: a graded call, whose names are checked later against an assignment: any plain
+            name may be called, and the whole expression may make a class and call it, ``C(a)(x)``.
 
     Returns:
         An :class:`Expr` that can be evaluated many times.
@@ -301,7 +306,8 @@ def parse(source: str, *, extra_functions: Collection[str] = ()) -> Expr:
         raise ExprError(f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}",
                         None, source)
     tree = _parse_tree(source)
-    validator = _Validator(source, frozenset(BUILTINS) | frozenset(extra_functions))
+    validator = _Validator(source, frozenset(BUILTINS) | frozenset(extra_functions), any_function)
+    validator.top = tree.body if any_function else None
     validator.visit(tree.body, 1)
     return Expr(source, tree, frozenset(validator.names), frozenset(validator.calls))
 
@@ -493,8 +499,34 @@ class Expr:
             ExprError: if the expression is not a call of a plain name, or an argument fails.
         """
         node = self.tree.body
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        name = called_name(self.tree)
+        if name is None:
             raise ExprError("the expression must be one call of a named function, e.g. `f(x, y)`",
                             _node_column(self.source, node), self.source)
         args, kwargs = _eval_arguments(node, _Context(self.source, scope, functions, device, dtype, budget))
-        return node.func.id, args, kwargs
+        return name, args, kwargs
+
+    def init_arguments(self, scope: Mapping[str, object], *, functions: Mapping[str, Callable] | None = None,
+                       device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                       budget: Budget | None = None) -> tuple[list, dict] | None:
+        """For ``C(a, b)(x)``, a class made then called: the arguments that make it, ``(args, kwargs)``,
+        evaluated as :meth:`call_arguments` does; None for a plain call ``f(x)``."""
+        node = self.tree.body
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Call)):
+            return None
+        return _eval_arguments(node.func, _Context(self.source, scope, functions, device, dtype, budget))
+
+
+def makes_instance(tree: ast.Expression) -> bool:
+    """Whether the expression makes a class's instance and calls it, ``C(a)(x)``."""
+    return isinstance(tree.body, ast.Call) and isinstance(tree.body.func, ast.Call)
+
+
+def called_name(tree: ast.Expression) -> str | None:
+    """The name an expression calls as a whole: ``f`` of ``f(x)`` and ``C`` of ``C(a)(x)``; else None."""
+    node = tree.body
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id
+    return None

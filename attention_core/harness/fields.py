@@ -6,7 +6,6 @@ parsed here, once, into the objects the runtime uses (``torch.dtype``, tensors,
 inside the field's text where one is known; the loader turns it into the file's line and column.
 """
 
-import ast
 import difflib
 import functools
 import math
@@ -99,7 +98,8 @@ def _expression(graded):
 
 
 def parse_expression(source, *, graded=False):
-    """Parse an expression; spec functions may be called only where ``graded`` (a check's call)."""
+    """Parse an expression; an assignment's names may be called only where ``graded`` (a check's call),
+    where any name parses and the case's settling checks it against the assignment."""
     if isinstance(source, expr.Expr):
         return source
     if not isinstance(source, str):
@@ -122,15 +122,13 @@ def parse_expression(source, *, graded=False):
 @functools.lru_cache(maxsize=4096)
 def _parsed_expression(source, graded):
     """One parse per text: an Expr is immutable, and case files repeat their expressions and targets."""
-    return expr.parse(source, extra_functions=SPEC_FUNCTIONS if graded else ())
+    return expr.parse(source, any_function=graded)
 
 
 def spec_function(parsed):
-    """The spec function an expression is one call of (``attention(q, k, v)``), else None."""
-    body = parsed.tree.body
-    if isinstance(body, ast.Call) and isinstance(body.func, ast.Name) and body.func.id in SPEC_FUNCTIONS:
-        return body.func.id
-    return None
+    """The name an expression is one call of (``attention(q, k, v)``, or ``Head(8, 4)(x)`` for a class made
+    and called), else None. Whether the assignment defines it is settled with the case."""
+    return expr.called_name(parsed.tree)
 
 
 def parse_printed(text, *, partial=False, complete=False):

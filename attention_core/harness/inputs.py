@@ -22,6 +22,13 @@ class InputError(ValueError):
         self.line = line
 
 
+class Scope(dict):
+    """A case's inputs by name, and ``rng_state``: the seeded stream's state after them (None without a
+    seed), from which a class call makes the reference's instance."""
+
+    __slots__ = ("rng_state",)
+
+
 class BudgetError(ValueError):
     """A case's inputs together take more elements than :data:`MAX_CASE_ELEMENTS`."""
 
@@ -35,7 +42,7 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
     """
     dtype = dtype or case.dtype
     generator = torch.Generator().manual_seed(case.seed) if case.seed is not None else None
-    scope, total = {}, 0
+    scope, total = Scope(), 0
     budget = Budget(MAX_CASE_ELEMENTS)  # what the case's expressions create along the way, all together
     for name, item in case.inputs.items():
         try:
@@ -47,6 +54,7 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
             raise BudgetError(f"input {name!r} (line {item.line}) takes the case's inputs to {total} elements; "
                               f"the budget is {MAX_CASE_ELEMENTS} for all of a case's inputs together")
         scope[name] = _place(value, device, dtype, keep=getattr(item, "dtype", None) is not None)
+    scope.rng_state = generator.get_state() if generator is not None else None
     return scope
 
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from attention_core.harness import draws
-from attention_core.harness.fields import (NUMBERS_SCHEMA, SPEC_FUNCTIONS, VISIBILITIES, CompletePrinted, DType, Draw,
+from attention_core.harness.fields import (NUMBERS_SCHEMA, VISIBILITIES, CompletePrinted, DType, Draw,
                                            Expression, FieldError, Flag, FloatDType, GradedExpression, Id, Name,
                                            NonNegative, Number, Numbers, Seed, Shape, Text, parse_printed,
                                            spec_function)
@@ -373,12 +373,14 @@ class CallCheck(_Check):
         """The spec function this check grades."""
         return spec_function(self.call)
 
+    mode: Literal["eval", "train"] | None = None  # a module's mode (a class call); default: the assignment's
+
     @field_validator("call")
     @classmethod
     def _one_spec_call(cls, parsed):
         if spec_function(parsed) is None:
-            raise FieldError(f"'call' must call one spec function ({', '.join(SPEC_FUNCTIONS)}); "
-                             f"use 'expr' for the document's own arithmetic")
+            raise FieldError("'call' must be one call of a graded function, `f(x)`, or a graded class made and "
+                             "called, `C(a)(x)`; use 'expr' for the document's own arithmetic")
         return parsed
 
 

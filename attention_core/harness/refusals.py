@@ -16,12 +16,12 @@ from attention_core.harness.text import shorten
 REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}
 
 
-def reference_refuses(source, arguments):
-    """Why the reference core raises on the call ``source`` with ``arguments`` (name, args, kwargs):
-    shapes that cannot go through it, a mistake of the case, which no implementation should be
-    charged with. None where it runs."""
+def reference_refuses(source, arguments, functions=None):
+    """Why the reference raises on the call ``source`` with ``arguments`` (name, args, kwargs): shapes that
+    cannot go through it, a mistake of the case, which no implementation should be charged with. None
+    where it runs. ``functions``: the reference's (default: the reference core's)."""
     name, args, kwargs = arguments
-    function = REFERENCE.get(name)
+    function = (REFERENCE if functions is None else functions).get(name)
     if function is None:
         return None
     try:

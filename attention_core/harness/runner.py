@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from attention_core import spec
+from attention_core import assignment as assignments
+from attention_core import instances
 from attention_core.harness import compare, tolerance
 from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import Budget, ExprError
@@ -25,7 +26,7 @@ from attention_core.harness.fields import MAX_CASE_ELEMENTS
 from attention_core.harness.inputs import has_rounded_inputs, materialise
 from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
                                           ValuesExpectation, waiting)
-from attention_core.harness.refusals import REFERENCE, copied, reference_refuses, too_large
+from attention_core.harness.refusals import REFERENCE, copied, reference_refuses, too_large  # noqa: F401
 from attention_core.harness.results import CallFailed, Failure, Result, Status
 from attention_core.harness.text import escape
 
@@ -95,22 +96,42 @@ def _shown_from(path, root):
     return escape(path)  # a file's name may hold control characters
 
 
-def collect(folder):
-    """Every check of every case file in ``folder``, load errors included, in a stable order."""
+def collect(folder, assignment=None):
+    """Every check of every case file in ``folder``, load errors included, in a stable order; their calls
+    settled against ``assignment`` (default: the built-in one)."""
     items = []
-    for case_file in load_folder(folder):
+    for case_file in load_folder(folder, assignment):
         items += [LoadError(case_file, err) for err in case_file.errors]
         items += [CheckItem(case_file, case, check) for case in case_file.cases for check in case.checks]
     return items
 
 
-def default_cases_folder():
-    """``cases/`` beside the package (a source checkout), else the copy installed with it."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here.parent / "cases", here / "cases"):
-        if candidate.is_dir():
-            return candidate
-    return here.parent / "cases"
+default_cases_folder = assignments.default_cases_folder
+
+
+def reference_of(item):
+    """The reference's callables for ``item``'s assignment (name -> function; a class's takes its record first)."""
+    return (item.file.assignment or assignments.default()).functions
+
+
+def graded_arguments(check, case, scope, functions, device, dtype):
+    """(name, args, kwargs) of a graded call, its arguments evaluated with ``functions`` (the reference's).
+
+    A class made and called, ``C(a)(x)``: the reference's instance is made from the case's stream after
+    its inputs, and its record (the arguments that make it, its state, mode and dtype) stands first.
+    """
+    expression = check.expr
+    name, args, kwargs = expression.call_arguments(scope, functions=functions, device=device, dtype=dtype)
+    init = expression.init_arguments(scope, functions=functions, device=device, dtype=dtype)
+    if init is not None:
+        cls = functions[name].cls
+        state = getattr(scope, "rng_state", None)
+        if state is None:
+            raise ValueError(f"`{name}(...)` makes an instance from the case's seeded stream: give the case a 'seed'")
+        made = instances.reference_instance(cls, *init, rng_state=state, dtype=dtype, device=device, mode=check.mode)
+        record = instances.instance_record(*init, made.state_dict(), check.mode, dtype)
+        args = [record, *args]
+    return name, args, kwargs
 
 
 class Preparation:
@@ -133,8 +154,8 @@ class Preparation:
     def arguments(self, item, device):
         """A graded call's (function name, args, kwargs)."""
         def make():
-            return item.check.expr.call_arguments(self.scope(item, device), functions=REFERENCE, device=device,
-                                                  dtype=item.case.dtype)
+            return graded_arguments(item.check, item.case, self.scope(item, device), reference_of(item), device,
+                                    item.case.dtype)
         return self._once(("arguments", item, device), make)
 
     def oracles(self, item):
@@ -144,7 +165,8 @@ class Preparation:
         """Why the reference core raises on the graded call of ``item`` (see :func:`reference_refuses`); None
         where it runs. Asked once per check: of every implementation that raises there, and by the grader."""
         return self._once(("refused", item, device),
-                          lambda: reference_refuses(item.check.expr.source, self.arguments(item, device)))
+                          lambda: reference_refuses(item.check.expr.source, self.arguments(item, device),
+                                                    reference_of(item)))
 
     def oversized(self, item, device):
         """Why the graded call of ``item`` would return a result too large to check (see
@@ -187,11 +209,12 @@ def _guarded(item, functions, device, preparation, judge):
     if left:  # a draft: never run, never passed
         return Result(Status.PENDING, item.id, item.location, message="; ".join(m if n == item.check.line else f"{m} (line {n})"
                                                                   for n, m in left))
-    functions = REFERENCE if functions is None else functions
+    reference = reference_of(item)
+    functions = reference if functions is None else functions
     case, check = item.case, item.check
     header = f"{check.kind} `{check.expr.source}` on {device}, {_dtype_name(case.dtype)}"
     try:
-        return _run(item, functions, device, header, preparation or Preparation(), judge)
+        return _run(item, functions, device, header, preparation or Preparation(), judge, reference)
     except _Stop as stop:
         return Result(stop.status, item.id, item.location, header, message=stop.message, details=stop.details)
     except Exception as err:  # a bug of the harness: never disguised as a failed check
@@ -207,7 +230,7 @@ class _Stop(Exception):
         self.status, self.message, self.details = status, message, details
 
 
-def _run(item, functions, device, header, preparation, judge):
+def _run(item, functions, device, header, preparation, judge, reference):
     case, check = item.case, item.check
     try:
         scope = preparation.scope(item, device)
@@ -222,7 +245,7 @@ def _run(item, functions, device, header, preparation, judge):
         if oversized:  # told before anything that large is made
             raise _Stop(Status.CASE_ERROR, oversized)
         try:
-            outputs = _graded_call(check, check.expr, scope, functions, device, case.dtype, failures, arguments)
+            outputs = _graded_call(check, case, scope, functions, device, failures, arguments, reference)
         except _Stop as stop:
             refused = preparation.refused(item, device) if stop.status is Status.IMPLEMENTATION_ERROR and \
                 arguments is not None else None
@@ -234,7 +257,7 @@ def _run(item, functions, device, header, preparation, judge):
             return values
     failures += _failures(item, values, device, preparation.oracles(item))
     if check.erratum is not None and not failures:
-        stale = _stale_erratum(item, scope, device)
+        stale = _stale_erratum(item, scope, device, reference)
         if stale:  # the erratum note is the case file's: its problem is a case error
             raise _Stop(Status.CASE_ERROR, stale.render())
     status = Status.FAILED if failures else Status.PASSED
@@ -249,10 +272,10 @@ def _prepared_arguments(item, device, preparation):
                                        f"{_describe(err)}") from None
 
 
-def _graded_call(check, expression, scope, functions, device, dtype, failures, arguments=None):
+def _graded_call(check, case, scope, functions, device, failures, arguments, reference):
     """The check's results by name; a wrong structure or dtype becomes a failure of the check."""
     try:
-        result = _call(check, expression, scope, functions, device, dtype, arguments)
+        result = _call(check, check.expr, scope, functions, device, case, arguments, reference)
     except _WrongResult as wrong:
         if not isinstance(check, CallCheck):  # the document's own arithmetic: the case file is wrong
             raise _Stop(Status.CASE_ERROR, str(wrong)) from None
@@ -277,17 +300,20 @@ class _WrongResult(Exception):
         self.stage = stage
 
 
-def _call(check, expression, scope, functions, device, dtype, arguments=None):
+def _call(check, expression, scope, functions, device, case, arguments=None, reference=None, dtype=None):
     """Evaluate the check's call or expression and name its results.
 
-    A ``call`` evaluates its arguments with the reference core (or takes ``arguments`` made so)
-    and calls ``functions`` for the called function alone, with copies of the arguments; an
-    ``expr`` is the document's own arithmetic, evaluated here.
+    A ``call`` evaluates its arguments with ``reference`` (the reference's functions; or takes
+    ``arguments`` made so) and calls ``functions`` for the called function alone, with copies of the
+    arguments; an ``expr`` is the document's own arithmetic, evaluated here. ``dtype``: the compute
+    dtype, when not the case's.
     """
+    dtype = dtype or case.dtype
     if isinstance(check, CallCheck):
         if arguments is None:
             try:
-                arguments = expression.call_arguments(scope, functions=REFERENCE, device=device, dtype=dtype)
+                call = check.updated({"call": expression}) if expression is not check.expr else check
+                arguments = graded_arguments(call, case, scope, reference, device, dtype)
             except Exception as err:
                 raise _Stop(Status.CASE_ERROR, f"the arguments of `{expression.source}` could not be evaluated: "
                                                f"{_describe(err)}") from None
@@ -316,6 +342,8 @@ def _call_implementation(functions, name, args, kwargs):
         raise _Stop(Status.NOT_IMPLEMENTED, f"the implementation has no `{name}`")
     try:
         return function(*args, **kwargs)
+    except instances.StateMismatch as err:
+        raise _Stop(Status.IMPLEMENTATION_ERROR, f"`{name}`: {err}") from None
     except CallFailed as failed:  # an out-of-process call: its status and the lines of its traceback
         raise _Stop(failed.status, failed.message, failed.details) from None
     except NotImplementedError as err:
@@ -372,14 +400,15 @@ def _targets(check, scope, outputs, device, dtype, failures=None):
     return values
 
 
-def _returned(check, expectation, outputs):
+def _returned(check, expectation, outputs, assignment=None):
     """What the results an expression read are, beside what the spec says its function returns."""
     seen = [f"`{name}` is {str(outputs[name].dtype).removeprefix('torch.')} of shape {list(outputs[name].shape)}"
             for name in sorted(expectation.expr.names, key=lambda n: (expectation.expr.source.find(n), n))
             if isinstance(outputs.get(name), torch.Tensor)]
     if not seen:
         return ""
-    said = spec.FUNCTIONS[check.function].summary if check.function in spec.FUNCTIONS else None
+    graded = (assignment or assignments.default()).graded
+    said = graded[check.function].summary if check.function in graded else None
     return f" ({'; '.join(seen)}" + (f"; the spec's `{check.function}` returns {said})" if said else ")")
 
 
@@ -443,9 +472,12 @@ def _numerics(item):
         return {}, {}
     case, check = item.case, item.check
 
+    reference = reference_of(item)
+
     def targets(dtype, perturb):
         scope = materialise(case, device="cpu", dtype=dtype, perturb=perturb)
-        return _targets(check, scope, _call(check, check.expr, scope, REFERENCE, "cpu", dtype), "cpu", dtype)
+        outputs = _call(check, check.expr, scope, reference, "cpu", case, reference=reference, dtype=dtype)
+        return _targets(check, scope, outputs, "cpu", dtype)
 
     try:
         return tolerance.NUMERICS.measure(item, targets, dtype=case.dtype, rounded_inputs=has_rounded_inputs(case))
@@ -453,7 +485,7 @@ def _numerics(item):
         return {}, {}
 
 
-def _stale_erratum(item, scope, device):
+def _stale_erratum(item, scope, device, reference):
     """An erratum's correct computation must still miss the printed values, or the note is stale.
 
     A statement about the document, so the reference core computes it, whatever is graded.
@@ -463,7 +495,7 @@ def _stale_erratum(item, scope, device):
         return None
     line = item.check.erratum.line
     try:
-        outputs = _call(item.check, differs, scope, REFERENCE, device, item.case.dtype)
+        outputs = _call(item.check, differs, scope, reference, device, item.case, reference=reference)
         values = _targets(item.check, scope, outputs, device, item.case.dtype)
     except (_Stop, _WrongResult, ExprError) as err:
         message = err.message if isinstance(err, _Stop) else str(err)

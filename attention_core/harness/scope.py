@@ -7,14 +7,13 @@ take their defaults from the level above. A problem is a :class:`Misplaced` erro
 in the case, which the loader turns into a line.
 """
 
+import difflib
 import math
 
 import torch
 
-from attention_core import spec
 from attention_core.harness import expr
-from attention_core.harness.fields import (MAX_CASE_ELEMENTS, SPEC_FUNCTIONS, FieldError, parse_expression,
-                                           spec_function)
+from attention_core.harness.fields import MAX_CASE_ELEMENTS, FieldError, parse_expression, spec_function
 from attention_core.harness.model import (CallCheck, DrawInput, ExprCheck, ExprInput, LiteralInput,
                                           OracleExpectation, PrintedInput)
 from attention_core.harness.text import quote, shorten
@@ -35,14 +34,52 @@ def settle(case, context):
     dtype = case.dtype or (defaults.dtype if defaults is not None else None) or torch.float32
     points = _first(case.points, defaults.points if defaults is not None else None)
     visibility = _first(case.visibility, defaults.visibility if defaults is not None else None)
+    assignment = context.get("assignment") or _default_assignment()
+    points = _first(points, assignment.settings.points)
+    visibility = _first(visibility, assignment.settings.visibility)
     known = _inputs(case)
     checks, seen = [], set()
     for i, check in enumerate(case.checks):
         if check.id in seen:
             raise Misplaced(("checks", i, "id"), f"check id {quote(check.id)} is used twice in case {quote(case.id)}")
         seen.add(check.id)
-        checks.append(_check(check, ("checks", i), known, source, points, visibility))
+        checks.append(_check(check, ("checks", i), known, source, points, visibility, assignment))
     return case.updated({"source": source, "dtype": dtype, "checks": tuple(checks)})
+
+
+def _default_assignment():
+    from attention_core.assignment import default  # noqa: PLC0415 (the assignment reads the harness's fields)
+    return default()
+
+
+def _graded(check, at, assignment):
+    """The assignment's entry for the name ``check`` calls; raises Misplaced where it grades no such name,
+    or where a class is called as a function (or a function made as a class)."""
+    name, graded = check.function, assignment.graded
+    entry = graded.get(name)
+    if entry is None and name in expr.BUILTINS:
+        raise Misplaced((*at, "call"), f"'call' must call one graded function or class of the assignment "
+                                       f"({', '.join(graded) or 'none'}); {quote(name)} is a builtin: use 'expr' for "
+                                       f"the document's own arithmetic")
+    if entry is None:
+        close = difflib.get_close_matches(name, list(graded), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise Misplaced((*at, "call"), f"unknown function {quote(name)}{hint} (the assignment grades "
+                                       f"{', '.join(graded) or 'nothing'})")
+    made = expr.makes_instance(check.call.tree)
+    if entry.is_class and not made:
+        raise Misplaced((*at, "call"), f"{name} is a class: make an instance and call it, "
+                                       f"`{name}({', '.join(p.name for p in entry.params)})(...)`")
+    if made and not entry.is_class:
+        raise Misplaced((*at, "call"), f"{name} is a function, not a class: call it once, `{name}(...)`")
+    if check.mode is not None and not entry.is_class:
+        raise Misplaced((*at, "mode"), f"'mode' sets a module's mode; {name} is a function")
+    helpers = {n for n, g in graded.items() if not g.is_class}
+    unknown = sorted(check.call.calls - {name} - set(expr.BUILTINS) - helpers)
+    if unknown:
+        raise Misplaced((*at, "call"), f"the arguments of `{shorten(check.call.source, 60)}` call {quote(unknown[0])}, "
+                                       f"which is neither a builtin nor a function of the assignment")
+    return entry
 
 
 def _first(*values):
@@ -81,13 +118,14 @@ def elements(item):
     return 0
 
 
-def _check(check, at, inputs, case_source, case_points, case_visibility):
+def _check(check, at, inputs, case_source, case_points, case_visibility, assignment):
     graded = isinstance(check, CallCheck)
-    returns = check.returns or (spec.FUNCTIONS[check.function].returns if graded else ("out",))
+    entry = _graded(check, at, assignment) if graded else None
+    returns = check.returns or (entry.returns if graded else ("out",))
     if len(set(returns)) != len(returns):
         raise Misplaced((*at, "returns"), f"'returns' names a result twice: {', '.join(returns)}")
-    if graded and len(returns) != len(spec.FUNCTIONS[check.function].returns):
-        wanted = spec.FUNCTIONS[check.function].returns
+    if graded and assignment.builtin and len(returns) != len(entry.returns):
+        wanted = entry.returns
         raise Misplaced((*at, "returns"), f"{check.function} returns {len(wanted)} "
                                           f"value{'s' if len(wanted) > 1 else ''} ({', '.join(wanted)}): "
                                           f"'returns' must name {len(wanted)}, not {len(returns)}")
@@ -109,23 +147,24 @@ def _check(check, at, inputs, case_source, case_points, case_visibility):
             _defined(expectation.oracle, inputs, (*where, "oracle"), "oracle")
         expectation.place(target, parsed)
     if check.erratum is not None and check.erratum.differs is not None:
-        _differs(check, check.erratum.differs, (*at, "erratum", "differs"), inputs, returns)
+        _differs(check, check.erratum.differs, (*at, "erratum", "differs"), inputs, returns, assignment.graded)
     if isinstance(check, ExprCheck) and check.points:
         raise Misplaced((*at, "points"), "an 'expr' check is never graded, so it has no points "
                                          "(give points to a graded 'call' check)")
     points = _first(check.points, case_points, 1.0) if graded else 0.0
     source = check.source.under(case_source) if check.source is not None else case_source
-    return check.updated({"returns": tuple(returns), "points": points, "source": source,
+    changes = {"mode": check.mode or assignment.settings.mode} if entry is not None and entry.is_class else {}
+    return check.updated({**changes, "returns": tuple(returns), "points": points, "source": source,
                           "visibility": _first(check.visibility, case_visibility, "visible")})
 
 
-def _differs(check, differs, where, inputs, returns):
+def _differs(check, differs, where, inputs, returns, graded):
     """The correct computation of an erratum: a call of the check's own spec function, or spec-free arithmetic."""
     if isinstance(check, CallCheck) and spec_function(differs) != check.function:
         raise Misplaced(where, f"erratum 'differs' must be a call of the same spec function as the check, "
                                f"{check.function}(...), so that it returns the call's results "
                                f"({', '.join(returns)}); got `{shorten(differs.source, 60)}`")
-    called = sorted(differs.calls & set(SPEC_FUNCTIONS))
+    called = sorted(differs.calls & set(graded))
     if isinstance(check, ExprCheck) and called:
         raise Misplaced(where, f"erratum 'differs' of an 'expr' check is the document's own arithmetic and may not "
                                f"call the spec function {called[0]}; spec functions are graded, and are called "

@@ -1,0 +1,92 @@
+"""Instances of a graded ``nn.Module`` class, made the same way on both sides of the grader.
+
+A case's ``call: CausalAttention(3, 2, 6, 0.0)(batch)`` makes an instance with the first
+parentheses and calls it with the second. The reference's instance is drawn from the case's
+seeded stream (as a notebook's ``torch.manual_seed(123)`` then ``CausalAttention(...)``); an
+implementation's instance is made with the same arguments and then given the reference's
+parameters and buffers by ``state_dict`` name, so the order in which it makes its layers never
+matters. Imports only torch: the grading worker loads this file by path.
+"""
+
+import torch
+
+INSTANCE = "instance"  # the key of the record that stands first in a class call's arguments
+MODES = ("eval", "train")
+
+
+class StateMismatch(Exception):
+    """An implementation's instance whose parameter or buffer names or shapes are not the reference's."""
+
+
+def instance_record(init_args, init_kwargs, state, mode, dtype):
+    """What an implementation needs to make its instance: a plain dict (it crosses the wire)."""
+    return {INSTANCE: {"args": list(init_args), "kwargs": dict(init_kwargs), "state": dict(state), "mode": mode,
+                       "dtype": str(dtype).removeprefix("torch.")}}
+
+
+def is_record(value):
+    return isinstance(value, dict) and set(value) == {INSTANCE} and isinstance(value[INSTANCE], dict)
+
+
+def reference_instance(cls, init_args, init_kwargs, *, rng_state, dtype, device="cpu", mode="eval"):
+    """The reference's instance: made from the generator state ``rng_state`` (the case's stream after its
+    inputs), its floating parameters and buffers then cast to ``dtype``, on ``device``, in ``mode``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.set_state(rng_state)
+        instance = cls(*init_args, **init_kwargs)
+    return _placed(instance, dtype, device, mode)
+
+
+def implementation_instance(cls, record, device="cpu"):
+    """An implementation's instance of ``cls`` holding the reference's state (``record``, from
+    :func:`instance_record`); raises :class:`StateMismatch` naming what differs."""
+    spec = record[INSTANCE]
+    with torch.random.fork_rng(devices=[]):  # its own initial draws are replaced, and must not move ours
+        instance = cls(*spec["args"], **spec["kwargs"])
+    if not isinstance(instance, torch.nn.Module):
+        raise StateMismatch(f"{cls.__name__}(...) made a {type(instance).__name__}, not an nn.Module")
+    instance = _placed(instance, getattr(torch, spec["dtype"]), device, spec["mode"])
+    load_state(instance, spec["state"], cls.__name__)
+    return instance
+
+
+def load_state(instance, state, name):
+    """Copy ``state`` (name -> tensor) into ``instance``; raise :class:`StateMismatch` where its names or
+    shapes differ."""
+    own = instance.state_dict()
+    wrong = sorted(set(state) ^ set(own)) or sorted(k for k in state if tuple(own[k].shape) != tuple(state[k].shape))
+    if wrong:
+        missing = [k for k in state if k not in own]
+        extra = [k for k in own if k not in state]
+        shapes = [k for k in state if k in own and tuple(own[k].shape) != tuple(state[k].shape)]
+        parts = []
+        if missing:
+            parts.append(f"your {name} has no {_listed(missing[:4])}")
+        if extra:
+            parts.append(f"it has {_listed(extra[:4], own)} that the reference does not")
+        if shapes:
+            parts.append("; ".join(f"your `{k}` is {tuple(own[k].shape)} where the reference's is "
+                                   f"{tuple(state[k].shape)}" for k in shapes[:4]))
+        reference = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in list(state.items())[:8])
+        raise StateMismatch("; ".join(parts) + f"; the reference has {reference or 'no parameters'}"
+                            + (", ..." if len(state) > 8 else "")
+                            + " (the parameters and buffers are matched by their state_dict names)")
+    with torch.no_grad():
+        for key, value in state.items():
+            own[key].copy_(value)
+
+
+def _listed(keys, own=None):
+    return ", ".join(f"`{k}`" + (f" {tuple(own[k].shape)}" if own is not None else "") for k in keys)
+
+
+def _placed(instance, dtype, device, mode):
+    if isinstance(instance, torch.nn.Module):
+        instance = instance.to(device=device, dtype=dtype)
+        instance.train(mode == "train")
+    return instance
+
+
+def parameters(instance):
+    """(state_dict name, tensor) of an instance's floating parameters, in their order."""
+    return [(name, p) for name, p in instance.named_parameters() if p.is_floating_point()]

@@ -1,0 +1,108 @@
+"""An assignment's settings, ``assignment.yaml``: what a teacher sets once for the whole assignment.
+
+Every key is optional; without the file the defaults below hold (every case visible, one point a
+check, one point a backward check, 5 s a call, 60 s a submission, modules in ``eval`` mode).
+Validated like case files: a declared model, a JSON Schema (``python -m attention_core.settings``)
+and each problem at its file:line:column.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from attention_core.harness import yaml_lines
+from attention_core.harness.fields import VISIBILITIES
+from attention_core.harness.text import escape, shorten
+
+CALL_TIMEOUT, BUDGET, POINTS, GRADIENT_POINTS = 5.0, 60.0, 1.0, 1.0
+MAX_POINTS = 1e6  # points of one check: finite, and a gradebook's sum stays exact
+Points = Annotated[float, Field(ge=0, le=MAX_POINTS, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)]
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
+
+
+class Override(BaseModel):
+    """Points, gradient points and visibility of the checks whose id starts with the key (a file, a
+    case ``file/case`` or a check ``file/case/check``); the longest matching key wins."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    points: Points | None = None
+    gradient_points: Points | None = None
+    visibility: Literal[VISIBILITIES] | None = None
+
+
+class Settings(BaseModel):
+    """``assignment.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, title="attention-core assignment settings")
+    title: Annotated[str, Field(max_length=200)] | None = None
+    graded: list[Identifier] | None = Field(None, description="the names graded (default: every public function "
+                                                                "and nn.Module class of reference.py)")
+    returns: dict[Identifier, list[Identifier]] = Field(
+        default_factory=dict, description="the names of a graded name's results (default: read from its return "
+                                          "statement, else 'out')")
+    points: Points = Field(POINTS, description="points of a check whose case file gives none")
+    gradient_points: Points = Field(GRADIENT_POINTS, description="points of each backward check (0: none)")
+    visibility: Literal[VISIBILITIES] = "visible"
+    call_timeout: Seconds = Field(CALL_TIMEOUT, description="seconds one call may take")
+    budget: Seconds = Field(BUDGET, description="seconds one submission may take in all")
+    mode: Literal["eval", "train"] = Field("eval", description="the mode a module is called in, unless a case "
+                                                                "says 'mode'")
+    checks: dict[Annotated[str, Field(max_length=400)], Override] = Field(
+        default_factory=dict, description="per file, case or check: points, gradient_points, visibility")
+
+    def override(self, check_id):
+        """The most specific override for ``check_id`` (``file/case/check``), or an empty one."""
+        parts = check_id.split("/")
+        for n in range(len(parts), 0, -1):
+            found = self.checks.get("/".join(parts[:n]))
+            if found is not None:
+                return found
+        return Override()
+
+
+class SettingsError(ValueError):
+    """A problem in ``assignment.yaml``, at its line and column."""
+
+
+def read_settings(path):
+    """The settings of ``path``; the defaults where there is no such file."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return Settings()
+    shown = escape(str(path))
+    try:
+        tree = yaml_lines.read(path, shown)
+    except yaml_lines.CaseError as err:
+        raise SettingsError(str(err)) from None
+    if tree is None:
+        return Settings()
+    try:
+        return Settings.model_validate(tree)
+    except pydantic.ValidationError as err:
+        problem = err.errors(include_url=False)[0]
+        loc = problem["loc"]
+        extra = problem["type"] == "extra_forbidden"
+        line, column = yaml_lines.locate(tree, loc, key=extra)
+        where = ".".join(str(p) for p in loc) or "the file"
+        if extra:
+            known = ", ".join(sorted(Settings.model_fields if len(loc) == 1 else Override.model_fields))
+            message = f"unknown key {shorten(str(loc[-1]))!r} (known: {known})"
+        else:
+            message = f"{where}: {shorten(problem['msg'], 200)}, got {shorten(repr(problem.get('input')), 80)}"
+        raise SettingsError(f"{shown}:{line}" + (f":{column}" if column else "") + f": {message}") from None
+
+
+def json_schema():
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **Settings.model_json_schema()}
+
+
+if __name__ == "__main__":
+    json.dump(json_schema(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
