@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib.util
 import inspect
 import sys
@@ -111,7 +112,8 @@ def _class_call(cls):
     def call(record, *args, **kwargs):
         if not instances.is_record(record):
             raise TypeError(f"{cls.__name__}: the harness passes an instance record first")
-        return instances.implementation_instance(cls, record)(*args, **kwargs)
+        with torch.no_grad():  # values only: the backward check makes its own instance
+            return instances.call(instances.implementation_instance(cls, record), record, args, kwargs)
     call.cls = cls
     call.__name__ = cls.__name__
     return call
@@ -156,17 +158,24 @@ def load(folder, *, need_reference=True):
 def import_reference(path):
     """The module of the teacher's ``reference.py`` (imported once per path and process)."""
     path = Path(path).resolve()
-    name = f"_assignment_reference_{abs(hash(str(path))):x}"
+    try:
+        text = path.read_bytes()
+    except OSError as err:
+        raise AssignmentError(f"{path}: the reference could not be read: {err}") from None
+    name = f"_assignment_reference_{hashlib.sha256(bytes(path) + text).hexdigest()[:20]}"  # a changed file: anew
     if name in sys.modules:
         return sys.modules[name]
     spec_ = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec_)
     sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))  # its own helper modules import from beside it
     try:
         spec_.loader.exec_module(module)
     except Exception as err:
         del sys.modules[name]
         raise AssignmentError(f"{path}: the reference could not be imported: {type(err).__name__}: {err}") from None
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 
@@ -263,9 +272,20 @@ def _returns(function, settings, name):
     lengths = {len(v.elts) for v in returned}
     if len(lengths) != 1 or lengths == {1}:
         return ("out",)
-    first = returned[0].elts
-    names = [e.id if isinstance(e, ast.Name) else f"out{i}" for i, e in enumerate(first)]
-    return tuple(names) if len(set(names)) == len(names) else tuple(f"out{i}" for i in range(len(first)))
+    (length,) = lengths
+    # The names of the returns that name every result (an early `return None, None` names nothing), where
+    # they agree; else out0, out1, ...
+    named = {tuple(e.id for e in v.elts) for v in returned if all(isinstance(e, ast.Name) for e in v.elts)}
+    if len(named) == 1:
+        (names,) = named
+        if len(set(names)) == length:
+            return names
+    if not named:
+        first = returned[0].elts
+        names = tuple(e.id if isinstance(e, ast.Name) else f"out{i}" for i, e in enumerate(first))
+        if len(set(names)) == length:
+            return names
+    return tuple(f"out{i}" for i in range(length))
 
 
 def _own_returns(function):

@@ -26,6 +26,10 @@ def main(argv=None):
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument("--cases", type=Path, help="folder of case files (default: the project's cases/)")
     parser.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
+    assignment_help = ("an assignment's folder: reference.py, cases/ and an optional assignment.yaml "
+                       "(default: the built-in spec and the project's cases/)")
+    common.add_argument("--assignment", type=Path, metavar="DIR", help=assignment_help)
+    parser.add_argument("--assignment", type=Path, metavar="DIR", default=None, help=assignment_help)
     commands = parser.add_subparsers(dest="command")
     check = commands.add_parser("check", parents=[common], help="run every case on the reference core (the default)")
     for p, default, prefix in ((parser, None, ""), (check, argparse.SUPPRESS, "check_")):
@@ -39,42 +43,74 @@ def main(argv=None):
                                 help="check the corpus inventory and print the README's corpus table")
     table.add_argument("--write-readme", type=Path, metavar="README", default=None,
                        help="replace the table between the corpus markers of this README")
-    commands.add_parser("template", help="print the students' hand-out: the spec's signatures, documented, as stubs")
-    bundle = commands.add_parser("gradescope-bundle", help="write the zip a Gradescope autograder is built from")
+    template = commands.add_parser("template", parents=[common],
+                                   help="print the students' hand-out: the spec's signatures, documented, as stubs")
+    template.add_argument("--format", choices=("py", "ipynb"), default="py",
+                          help="a Python module (default) or the same stubs as a notebook")
+    kit = commands.add_parser("student-kit", parents=[common],
+                              help="write what students check themselves with: the visible cases with their "
+                                   "expectations recorded, the template, no solution")
+    kit.add_argument("kit", type=Path, metavar="KIT", help="the folder to write (it must not exist)")
+    bundle = commands.add_parser("gradescope-bundle", parents=[common],
+                                 help="write the zip a Gradescope autograder is built from")
     bundle.add_argument("zip", type=Path, metavar="OUT.zip")
     grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
     grade.add_argument("--out", type=Path, required=True, metavar="DIR",
                        help="write DIR/<name>/results.json (Gradescope's format) and DIR/gradebook.csv")
     grade.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
-    grade.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds one call may take (default 5)")
-    grade.add_argument("--budget", type=float, default=60.0, metavar="S",
-                       help="seconds one submission may take in all (default 60)")
-    grade.add_argument("--gradient-points", type=float, default=1.0, metavar="P",
-                       help="points of each backward (gradient and side-effect) check; 0 switches them off (default 1)")
+    grade.add_argument("--timeout", type=float, default=None, metavar="S",
+                       help="seconds one call may take (default: the assignment's, 5)")
+    grade.add_argument("--budget", type=float, default=None, metavar="S",
+                       help="seconds one submission may take in all (default: the assignment's, 60)")
+    grade.add_argument("--gradient-points", type=float, default=None, metavar="P",
+                       help="points of each backward (gradient and side-effect) check; 0 switches them off "
+                            "(default: the assignment's, 1)")
     add_authoring_commands(commands, common)
     args = parser.parse_args(argv)
+    try:
+        args.assignment_loaded = chosen = chosen_assignment(args)
+    except ValueError as err:  # an assignment folder, its reference or its assignment.yaml that cannot be used
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.command in AUTHORING:
         return AUTHORING[args.command](args)
     if args.command == "template":
-        from attention_core.grading.template import template  # noqa: PLC0415 (grading loads only when asked)
-        print(template(), end="")
+        from attention_core.grading.template import assignment_template  # noqa: PLC0415 (loads only when asked)
+        print(assignment_template(chosen, fmt=args.format), end="")
         return 0
+    if args.command == "student-kit":
+        from attention_core.kit import write_kit  # noqa: PLC0415
+        return write_kit(chosen, args.kit)
     if args.command == "gradescope-bundle":
         from attention_core.grading.autograder import bundle  # noqa: PLC0415
-        print(f"wrote {bundle(args.zip, Path(__file__).resolve().parent.parent)}", file=sys.stderr)
+        print(f"wrote {bundle(args.zip, Path(__file__).resolve().parent.parent, assignment=chosen)}", file=sys.stderr)
         return 0
-    folder = args.cases or runner.default_cases_folder()
+    folder = chosen.cases
     if not folder.is_dir():
         parser.error(f"--cases {folder}: no such folder")
     if args.command == "grade":
         from attention_core.grading.batch import grade_command  # noqa: PLC0415
-        return grade_command(args.submissions, args.out, cases=folder, jobs=args.jobs, call_timeout=args.timeout,
+        return grade_command(args.submissions, args.out, assignment=getattr(args, "assignment", None),
+                             cases=getattr(args, "cases", None), jobs=args.jobs, call_timeout=args.timeout,
                              budget=args.budget, gradient_points=args.gradient_points)
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])
-    return check_command(folder, covered(devices), args.verbose, html=getattr(args, "check_html", None) or args.html)
+    return check_command(folder, covered(devices), args.verbose, html=getattr(args, "check_html", None) or args.html,
+                         assignment=chosen)
+
+
+def chosen_assignment(args):
+    """The Assignment the command works on: ``--assignment DIR``, else the built-in one; ``--cases DIR``
+    replaces its case folder. Raises ValueError (an AssignmentError or SettingsError) naming the problem."""
+    import dataclasses  # noqa: PLC0415
+
+    from attention_core import assignment  # noqa: PLC0415
+    folder = getattr(args, "assignment", None)
+    chosen = assignment.load(folder) if folder is not None else assignment.default()
+    cases = getattr(args, "cases", None)
+    return dataclasses.replace(chosen, cases=cases) if cases is not None else chosen
 
 
 README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"
@@ -99,7 +135,7 @@ def inventory_command(folder, readme=None, out=None):
     return 0
 
 
-def check_command(folder, devices, verbose=False, out=None, html=None):
+def check_command(folder, devices, verbose=False, out=None, html=None, assignment=None):
     """Run every check; print the per-document table (and failures); return the exit status.
 
     With ``html`` (a path), the same results are also written there as an HTML report.
@@ -107,7 +143,7 @@ def check_command(folder, devices, verbose=False, out=None, html=None):
     0 when every check passed, 1 when any failed or could not run, 2 on a harness error (a bug here).
     """
     out = out or sys.stdout
-    items = runner.collect(folder)
+    items = runner.collect(folder, assignment)
     if not items:
         print(f"no case files in {folder}", file=out)
         return 1

@@ -18,10 +18,29 @@ class StateMismatch(Exception):
     """An implementation's instance whose parameter or buffer names or shapes are not the reference's."""
 
 
-def instance_record(init_args, init_kwargs, state, mode, dtype):
-    """What an implementation needs to make its instance: a plain dict (it crosses the wire)."""
+def instance_record(init_args, init_kwargs, state, mode, dtype, buffers=(), rng=None):
+    """What an implementation needs to make its instance and call it: a plain dict (it crosses the wire).
+    ``buffers``: the names in ``state`` that are buffers, not parameters; ``rng``: the generator state the
+    call starts from (the case's stream after the reference made its instance), so that a module in train
+    mode draws its dropout as the notebook did."""
     return {INSTANCE: {"args": list(init_args), "kwargs": dict(init_kwargs), "state": dict(state), "mode": mode,
-                       "dtype": str(dtype).removeprefix("torch.")}}
+                       "dtype": str(dtype).removeprefix("torch."), "buffers": sorted(buffers), "rng": rng}}
+
+
+def call(instance, record, args, kwargs):
+    """``instance(*args, **kwargs)``, its random draws (dropout) from the record's generator state, if any;
+    the caller's own generator is left as it was."""
+    rng = record[INSTANCE].get("rng")
+    if rng is None:
+        return instance(*args, **kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.set_state(rng)
+        return instance(*args, **kwargs)
+
+
+def buffer_names(instance):
+    """The state_dict names of an instance's buffers (the rest of its state is parameters)."""
+    return [name for name, _ in instance.named_buffers() if name in instance.state_dict()]
 
 
 def is_record(value):
@@ -29,12 +48,14 @@ def is_record(value):
 
 
 def reference_instance(cls, init_args, init_kwargs, *, rng_state, dtype, device="cpu", mode="eval"):
-    """The reference's instance: made from the generator state ``rng_state`` (the case's stream after its
-    inputs), its floating parameters and buffers then cast to ``dtype``, on ``device``, in ``mode``."""
+    """(the reference's instance, the generator state after it): made from the generator state ``rng_state``
+    (the case's stream after its inputs), its floating parameters and buffers then cast to ``dtype``, on
+    ``device``, in ``mode``."""
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.set_state(rng_state)
         instance = cls(*init_args, **init_kwargs)
-    return _placed(instance, dtype, device, mode)
+        after = torch.random.default_generator.get_state()
+    return _placed(instance, dtype, device, mode), after
 
 
 def implementation_instance(cls, record, device="cpu"):
@@ -46,14 +67,24 @@ def implementation_instance(cls, record, device="cpu"):
     if not isinstance(instance, torch.nn.Module):
         raise StateMismatch(f"{cls.__name__}(...) made a {type(instance).__name__}, not an nn.Module")
     instance = _placed(instance, getattr(torch, spec["dtype"]), device, spec["mode"])
-    load_state(instance, spec["state"], cls.__name__)
+    load_state(instance, spec["state"], cls.__name__, spec.get("buffers", ()))
     return instance
 
 
-def load_state(instance, state, name):
-    """Copy ``state`` (name -> tensor) into ``instance``; raise :class:`StateMismatch` where its names or
-    shapes differ."""
+def load_state(instance, state, name, buffers=()):
+    """Copy ``state`` (name -> tensor) into ``instance``; raise :class:`StateMismatch` where the names or
+    shapes of its parameters differ from ``state``'s.
+
+    Parameters must match by name and shape: they are what the reference drew. A buffer (``buffers``
+    names them in ``state``; a causal mask, say) is copied where the instance has one of that name and
+    shape, and otherwise left to the instance: an implementation that makes its mask on the fly, or
+    keeps it under another name, is as right as the reference."""
     own = instance.state_dict()
+    theirs = {n for n, _ in instance.named_buffers()}
+    buffers = set(buffers)
+    state = {k: v for k, v in state.items()
+             if k not in buffers or (k in own and tuple(own[k].shape) == tuple(v.shape))}
+    own = {k: v for k, v in own.items() if k not in theirs or k in state}
     wrong = sorted(set(state) ^ set(own)) or sorted(k for k in state if tuple(own[k].shape) != tuple(state[k].shape))
     if wrong:
         missing = [k for k in state if k not in own]
@@ -67,7 +98,7 @@ def load_state(instance, state, name):
         if shapes:
             parts.append("; ".join(f"your `{k}` is {tuple(own[k].shape)} where the reference's is "
                                    f"{tuple(state[k].shape)}" for k in shapes[:4]))
-        reference = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in list(state.items())[:8])
+        reference = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in list(state.items())[:8] if k not in buffers)
         raise StateMismatch("; ".join(parts) + f"; the reference has {reference or 'no parameters'}"
                             + (", ..." if len(state) > 8 else "")
                             + " (the parameters and buffers are matched by their state_dict names)")

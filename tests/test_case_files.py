@@ -368,8 +368,8 @@ def test_points_and_visibility_default_from_the_case_then_the_file(tmp_path):
      "'visibility' must be one of 'visible', 'hidden', 'after_due_date' or 'after_published', got 'secret'"),
     (("points: 0.5", "points: -1"), 17, "points must be a finite number ≥ 0, got -1"),
     (("expect: {out: [1.0]}", "expct: {out: [1.0]}"), 28,
-     "unknown key 'expct' in a check; expected one of call, erratum, expect, expr, id, mode, note, pending, points, returns, "
-     "source, visibility"),
+     "unknown key 'expct' in a check; expected one of call, erratum, expect, expr, id, mode, note, pending, points, returns, source, "
+     "state, visibility"),
     (("{oracle: \"softmax(x, dim=-1)\"}", "{oracle: \"softmax(x, dim=-1)\", partial: true}"), 19,
      "expectation for 'out': unknown key 'partial' in an oracle expectation; expected one of atol, note, oracle, pending, recorded, rtol"),
 ])

@@ -96,7 +96,7 @@ def test_a_missing_function_and_not_implemented_error_are_not_implemented(submit
     assert s.call("softmax", (torch.ones(2),)).status == "not implemented"
     missing = s.call("layer_norm", (torch.ones(2),))
     assert (missing.status, missing.message) == ("not implemented", "the submission defines no function layer_norm")
-    with pytest.raises(ValueError, match="not a spec function"):
+    with pytest.raises(ValueError, match="'helper' is not graded"):
         s.call("helper", ())
 
 

@@ -17,12 +17,12 @@ def add_authoring_commands(commands, common):
                                                                 "every finding as file:line:col")
     lint.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                       help="case files or folders (default: the case folder)")
-    imported = commands.add_parser("import", help="write a draft case file from a notebook's printed tensors "
+    imported = commands.add_parser("import", parents=[common], help="write a draft case file from a notebook's printed tensors "
                                                   "(.ipynb, or exported as text); nothing is executed")
     imported.add_argument("notebook", type=Path, metavar="NOTEBOOK")
     imported.add_argument("--out", type=Path, required=True, metavar="FILE", help="the draft case file to write")
     imported.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    recorded = commands.add_parser("record", help="fill the expectations a case file leaves empty, by torch's own "
+    recorded = commands.add_parser("record", parents=[common], help="fill the expectations a case file leaves empty, by torch's own "
                                                   "functions in float64, marked 'recorded' until reviewed")
     recorded.add_argument("file", type=Path, metavar="FILE")
     recorded.add_argument("--case", default=None, metavar="ID", help="only this case")
@@ -34,7 +34,8 @@ def lint_command(args, out=None):
     """Print every finding; 1 when any is an error, else 0 (pending and recorded are warnings)."""
     from attention_core.authoring.lint import lint  # noqa: PLC0415 (loads only when asked)
     out = out or sys.stdout
-    findings = lint(args.paths, default_folder=getattr(args, "cases", None) or runner.default_cases_folder())
+    chosen = _chosen(args)
+    findings = lint(args.paths, default_folder=chosen.cases, assignment=chosen)
     for finding in findings:
         print(finding, file=out)
     errors = sum(f.severity == "error" for f in findings)
@@ -68,7 +69,7 @@ def record_command(args, out=None):
         print(f"{args.file}: no such file", file=sys.stderr)
         return 2
     try:
-        written = record(args.file, case_id=args.case)
+        written = record(args.file, case_id=args.case, assignment=_chosen(args))
     except RecordError as err:
         print(err, file=sys.stderr)
         return 2
@@ -85,7 +86,7 @@ def new_command(args, out=None):
     from attention_core.authoring.drafts import skeleton  # noqa: PLC0415
     from attention_core.harness.fields import ID  # noqa: PLC0415
     out = out or sys.stdout
-    folder = getattr(args, "cases", None) or runner.default_cases_folder()
+    folder = Path(_chosen(args).cases)
     path = folder / f"{args.name}.yaml"
     refused = (f"{args.name!r}: a case file's name is letters, digits, '_' and '-'" if not ID.match(args.name)
                else _refused(path, False))
@@ -95,6 +96,18 @@ def new_command(args, out=None):
     path.write_text(skeleton(path, schema=_schema()), encoding="utf-8")
     print(f"{path}: written; fill it in, then python -m attention_core lint {path}", file=out)
     return 0
+
+
+def _chosen(args):
+    """The assignment the command line chose (``--assignment``, ``--cases``), or the built-in one."""
+    chosen = getattr(args, "assignment_loaded", None)
+    if chosen is None:
+        from attention_core.assignment import default  # noqa: PLC0415
+        chosen = default()
+        if getattr(args, "cases", None) is not None:
+            import dataclasses  # noqa: PLC0415
+            chosen = dataclasses.replace(chosen, cases=args.cases)
+    return chosen
 
 
 def _count(n, what):

@@ -46,7 +46,7 @@ def record(path, *, case_id=None, assignment=None):
         raise RecordError(f"{path}: no case {case_id!r} (cases: {', '.join(c.id for c in case_file.cases)})")
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
-    yaml = _round_trip(text)
+    yaml = round_trip(text)
     tree = yaml.load(text)
     written = []
     for case in cases:
@@ -113,7 +113,7 @@ def _expectation(value, how):
     return recorded
 
 
-def _round_trip(text):
+def round_trip(text):
     yaml = YAML()  # round trip: comments, order, quoting and the file's own indentation kept
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold a long line the author wrote

@@ -35,9 +35,10 @@ apt-get update -q && apt-get install -y -q python3 python3-venv python3-pip
 python3 -m venv /opt/attention-venv
 /opt/attention-venv/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu "torch{torch}"
 /opt/attention-venv/bin/pip install -q {dependencies}
-# This harness with its case files and reference: readable by root only.
+# This harness with its case files and reference (and the teacher's assignment): readable by root only.
 install -d -m 700 /opt/attention-core
 /opt/attention-venv/bin/pip install -q --no-deps --target /opt/attention-core/lib ./attention-core
+if [ -d ./assignment ]; then cp -r ./assignment /opt/attention-core/assignment; fi
 chmod -R go-rwx /opt/attention-core
 """
 
@@ -45,12 +46,15 @@ RUN = """#!/usr/bin/env bash
 # Gradescope runs this for each submission; it always writes /autograder/results/results.json
 # (AUTOGRADER_ROOT, ATTENTION_PYTHON and ATTENTION_LIB move what it uses, for a trial run).
 export PYTHONPATH="${ATTENTION_LIB-/opt/attention-core/lib}"
+export ATTENTION_ASSIGNMENT="${ATTENTION_ASSIGNMENT-/opt/attention-core/assignment}"
 exec "${ATTENTION_PYTHON:-/opt/attention-venv/bin/python}" -m attention_core.grading.autograder "$@"
 """
 
 
-def bundle(out, project):
-    """Write the zip Gradescope takes: setup.sh, run_autograder and this harness's source."""
+def bundle(out, project, assignment=None):
+    """Write the zip Gradescope takes: setup.sh, run_autograder, this harness's source and, for a teacher's
+    ``assignment`` (not the built-in one), its folder as ``assignment/``: reference.py, cases/ and
+    assignment.yaml, which the autograder reads."""
     needs = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     torch_pin = next((d[len("torch"):] for d in needs if d.startswith("torch")), "")
     others = " ".join(f"'{d}'" for d in needs if not d.startswith("torch"))
@@ -59,7 +63,22 @@ def bundle(out, project):
         _add(z, "run_autograder", RUN, executable=True)
         for path in sorted(_source_files(project)):
             _add(z, f"attention-core/{path.relative_to(project)}", path.read_bytes())
+        if assignment is not None and not assignment.builtin:
+            for path, name in _assignment_files(assignment):
+                _add(z, f"assignment/{name}", path.read_bytes())
     return out
+
+
+def _assignment_files(assignment):
+    """(path, name in the bundle) of what grading a teacher's assignment reads: its reference, settings and cases."""
+    folder = Path(assignment.folder)
+    for name in ("reference.py", "assignment.yaml"):
+        if (folder / name).is_file():
+            yield folder / name, name
+    cases = Path(assignment.cases)
+    for path in sorted(cases.iterdir()):
+        if path.is_file() and path.suffix in (".yaml", ".yml", ".json") and not path.name.startswith("."):
+            yield path, f"cases/{path.name}"
 
 
 def _source_files(project):
@@ -86,7 +105,9 @@ def run(root=ROOT, time_limit=TIME_LIMIT):
 
     def grade():
         try:
-            with Grader() as grader:
+            folder = os.environ.get("ATTENTION_ASSIGNMENT")
+            chosen = folder if folder and Path(folder).is_dir() else None
+            with Grader(assignment=chosen) as grader:
                 grader.grade(_entry(submission), into=graded)
         except BaseException:  # a fault of the grading machinery: reported, never a crash without results
             problem.append(traceback.format_exc(limit=3))
@@ -107,12 +128,16 @@ def run(root=ROOT, time_limit=TIME_LIMIT):
 
 
 def _entry(submission):
-    """The file to grade: the hand-out's file name, else the folder's only ``.py`` file, else the folder."""
+    """The file to grade: the hand-out's file name, else the folder's only ``.py`` file, else its only
+    notebook, else the folder."""
     own = submission / FILE_NAME
     if own.exists():
         return own
-    files = sorted(submission.glob("*.py"))
-    return files[0] if len(files) == 1 else submission
+    for pattern in ("*.py", "*.ipynb"):
+        files = sorted(submission.glob(pattern))
+        if len(files) == 1:
+            return files[0]
+    return submission
 
 
 if __name__ == "__main__":

@@ -28,18 +28,23 @@ from attention_core.report.html import submission_page
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
-def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60.0, gradient_points=1.0,
-                  stream=None, report=None):
-    """Grade ``paths`` into ``out``; print one line per submission (to ``report``, stdout by default: the
-    score table a teacher may redirect), the progress bar and warnings to ``stream`` (stderr).
-    Exit 0 whenever grading completed."""
+def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeout=None, budget=None,
+                  gradient_points=None, stream=None, report=None):
+    """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one);
+    print one line per submission (to ``report``, stdout by default: the score table a teacher may redirect),
+    the progress bar and warnings to ``stream`` (stderr). Exit 0 whenever grading completed; 2 when there is
+    nothing to grade with (no graded check loads)."""
     stream, report = stream or sys.stderr, report or sys.stdout
     missing = [p for p in paths if not p.exists()]
     if missing:
         print(f"no such submission: {', '.join(map(str, missing))}", file=stream)
         return 2
+    problem = nothing_graded(assignment, cases)
+    if problem:
+        print(f"error: {problem}", file=stream)
+        return 2
     names = _unique_names(paths)
-    options = dict(call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
+    options = dict(assignment=assignment, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
     out.mkdir(parents=True, exist_ok=True)
     with tqdm(total=len(paths), desc="grading", unit="submission", file=stream, disable=len(paths) < 2) as bar:
         if jobs > 1 and len(paths) > 1:
@@ -63,6 +68,26 @@ def grade_command(paths, out, *, cases=None, jobs=1, call_timeout=5.0, budget=60
     print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'} and {out / 'gradebook.csv'}",
           file=report)
     return 0
+
+
+def nothing_graded(assignment, cases):
+    """Why no submission could score anything against ``assignment`` (its folder or None) with ``cases``: no case
+    file, or no graded check that loads (each names a function the reference does not define...). None where
+    at least one graded check loads."""
+    from attention_core.grading.grader import _assignment  # noqa: PLC0415
+    from attention_core.harness import runner  # noqa: PLC0415
+    chosen = _assignment(assignment, cases)
+    items = runner.collect(chosen.cases, chosen)
+    graded = [i for i in items if i.error is None and i.check.kind == "call"]
+    if graded:
+        return None
+    if not items:
+        return f"{chosen.cases}: no case files (*.yaml, *.yml): nothing to grade"
+    errors = [i for i in items if i.error is not None]
+    first = f"; the first: {errors[0].location}: {errors[0].error.message}" if errors else ""
+    return (f"{chosen.cases}: no graded check loads ({len(errors)} case error{'s' * (len(errors) != 1)}{first}); "
+            f"a graded check's 'call' names a function or class of the assignment "
+            f"({', '.join(chosen.names) or 'none'}); run lint for every problem")
 
 
 @dataclass

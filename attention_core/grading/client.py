@@ -61,7 +61,8 @@ class Worker:
     """One grading server. A context manager; ``close()`` kills the server and every child."""
 
     def __init__(self, *, memory_limit=4 << 30, budget=60.0, import_timeout=10.0, output_limit=10_000,
-                 reply_limit=256 << 20, sandbox=True, namespaces=True):
+                 reply_limit=256 << 20, sandbox=True, namespaces=True, names=spec.NAMES):
+        self.names = tuple(names)  # what a submission may be asked for: the assignment's graded names
         self.memory_limit, self.budget, self.import_timeout = memory_limit, budget, import_timeout
         self.output_limit, self.reply_limit = output_limit, reply_limit
         self._scratch = tempfile.mkdtemp(prefix="attention-sandbox-")
@@ -290,8 +291,8 @@ class Submission:
     # ---- internals ----
 
     def _call(self, name, args, kwargs, timeout, seed, keep=None, reuse=None):
-        if name not in spec.NAMES:
-            raise ValueError(f"{name!r} is not a spec function: {', '.join(spec.NAMES)}")
+        if name not in self._worker.names:
+            raise ValueError(f"{name!r} is not graded: {', '.join(self._worker.names)}")
         if self._closed:
             raise ValueError(f"the submission {self.path} is closed")
         if self.start().status != OK:
@@ -391,7 +392,7 @@ class Submission:
         scratch = tempfile.mkdtemp(dir=w._scratch)
         sandbox = None if w._plan is None else plan.with_submission(w._plan, self.path, scratch)
         request = {"op": "open", "entry": str(self._entry), "root": str(self._root), "module": self._module,
-                   "package": self._package, "names": list(spec.NAMES), "memory": w.memory_limit,
+                   "package": self._package, "names": list(w.names), "memory": w.memory_limit,
                    "reply_limit": w.reply_limit, "sandbox": sandbox}
         with w._lock:
             shared = dict(w._shared)  # what this child will inherit
@@ -413,7 +414,7 @@ class Submission:
         elif problem is None:
             try:
                 reply = decoded(raw)
-                check_hello(reply)
+                check_hello(reply, self._worker.names)
             except (KeyError, TypeError, ValueError) as e:  # a wire.WireError is a ValueError
                 reply, problem = None, f"the submission's process sent a malformed reply: {e}"
         self._ready = problem is None

@@ -160,7 +160,7 @@ def _name_failing_parts(grades):
     for grade in grades:
         if failing(grade) and not grade.diagnosis:
             function = grade.item.check.function
-            parts = [f"`{name}`" for name in CALLS[function] if name in wrong]
+            parts = [f"`{name}`" for name in CALLS.get(function, ()) if name in wrong]
             if parts:
                 fails, them = ("fails its", "it") if len(parts) == 1 else ("fail their", "them")
                 grade.diagnosis = (f"Likely cause: {' and '.join(parts)}, which the reference `{function}` calls, "

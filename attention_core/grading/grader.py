@@ -9,6 +9,8 @@ tensors in place.
 """
 
 import contextlib
+import dataclasses
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from attention_core import spec
-from attention_core.grading import client, replies, sandbox, wire
+from attention_core import assignment as assignments
+from attention_core import instances
+from attention_core.grading import client, notebooks, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser, leading_slice
 from attention_core.grading.remote import CALL_TIMEOUT, GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
 from attention_core.harness import compare, runner, tolerance, torch_route
@@ -25,8 +28,8 @@ from attention_core.harness.model import ShapeExpectation
 from attention_core.harness.results import CallFailed, Failure, Result, Status
 from attention_core.harness.text import escape
 
-BUDGET = 60.0  # seconds a submission may spend in all
-GRADIENT_POINTS = 1.0  # points of each backward check (0: no backward checks)
+BUDGET = assignments.Settings().budget  # seconds a submission may spend in all
+GRADIENT_POINTS = assignments.Settings().gradient_points  # points of each backward check (0: no backward checks)
 SHARE_LIMIT = 1 << 16  # an argument with this many elements or more is stored in the worker server once
 
 
@@ -76,21 +79,31 @@ def sandbox_warning(protections):
 
 
 def submission_name(path):
-    """A submission's name: its file or folder name without ``.py``."""
+    """A submission's name: its file or folder name without ``.py`` (or ``.ipynb``)."""
     path = Path(path)
-    return path.stem if path.suffix == ".py" else path.name
+    return path.stem if path.suffix == ".py" or notebooks.is_notebook(path) else path.name
 
 
 class Grader:
-    """Grades submissions against the graded checks of a case folder, with one worker server."""
+    """Grades submissions against the graded checks of an assignment, with one worker server.
 
-    def __init__(self, cases=None, *, call_timeout=CALL_TIMEOUT, budget=BUDGET, gradient_points=GRADIENT_POINTS):
-        folder = Path(cases or runner.default_cases_folder())
+    ``assignment``: an Assignment, or an assignment's folder (default: the built-in one); ``cases``: another
+    folder of case files for it. A time limit or gradient points given here win over the assignment's.
+    """
+
+    def __init__(self, cases=None, *, assignment=None, call_timeout=None, budget=None, gradient_points=None):
+        self.assignment = assignment = _assignment(assignment, cases)
+        settings = assignment.settings
+        folder = Path(assignment.cases)
         self._locations = runner.locations_relative_to(folder.resolve().parent)  # not the grader's own folders
-        self.items = [i for i in runner.collect(folder) if i.error is not None or i.check.kind == "call"]
-        self.call_timeout, self.budget, self.gradient_points = call_timeout, budget, gradient_points
+        self.items = [i for i in runner.collect(folder, assignment) if i.error is not None or i.check.kind == "call"]
+        self.call_timeout = settings.call_timeout if call_timeout is None else call_timeout
+        self.budget = settings.budget if budget is None else budget
+        self.gradient_points = settings.gradient_points if gradient_points is None else gradient_points
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
-        self.diagnoser = Diagnoser(self.preparation)
+        # The mutant library names mistakes of the built-in spec's functions only.
+        self.diagnoser = Diagnoser(self.preparation) if assignment.builtin else Diagnoser(self.preparation, library=())
+        self._route = torch_route.FUNCTIONS if assignment.builtin else assignment.functions
         self._worker = None
         self._golden_grads = {}
         self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
@@ -103,6 +116,7 @@ class Grader:
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)
         self._locations.__enter__()
+        self._notebooks = tempfile.TemporaryDirectory(prefix="attention-notebooks-")
         self._worker = self._new_worker()
         return self
 
@@ -110,6 +124,7 @@ class Grader:
         try:
             self._worker.close()
         finally:
+            self._notebooks.cleanup()
             torch.set_num_threads(self._threads)
             self._locations.__exit__(*exc)
 
@@ -163,10 +178,13 @@ class Grader:
         return self._set_up(path)
 
     def _set_up(self, path):
-        """(the submission's process, set up but not started, or None; why none; whether the server failed)."""
+        """(the submission's process, set up but not started, or None; why none; whether the server failed).
+        A notebook is graded as the module that runs its code cells (``notebooks.py``), made here first."""
         try:
+            if notebooks.is_notebook(path):
+                path = notebooks.write_module(path, tempfile.mkdtemp(dir=self._notebooks.name))
             return self._worker.open(path, start=False), "", False
-        except ValueError as err:  # a folder with no single entry module
+        except ValueError as err:  # a folder with no single entry module; a notebook that cannot be read
             return None, f"the submission could not be opened: {err}", False
         except client.WorkerError as err:  # the grading server failed: this submission fails, the batch goes on
             return None, f"the grading server failed while opening the submission: {err}", True
@@ -211,7 +229,7 @@ class Grader:
 
     def _new_worker(self):
         """A worker server holding the graded calls' large arguments (its children inherit them)."""
-        worker = client.Worker(budget=self.budget)
+        worker = client.Worker(budget=self.budget, names=self.assignment.names)
         large = []
         for item in self.items:
             if item.error is None:
@@ -226,8 +244,10 @@ class Grader:
     def _grade_item(self, item, submission, functions, problem):
         if item.error is not None:  # a case file that does not load: reported, worth nothing
             return [Grade(item.id, item, runner.run(item), 0.0, 0.0)]
-        points = float(item.check.points if item.check.points is not None else 1.0)
-        visibility = item.check.visibility or "visible"
+        override = self.assignment.settings.override(item.id)
+        points = float(_first(override.points, item.check.points, 1.0))
+        visibility = override.visibility or item.check.visibility or "visible"
+        gradient_points = float(_first(override.gradient_points, self.gradient_points))
         source = _source(item)
         refused = self._case_refused(item)
         if refused:  # worth nothing to anyone: no implementation can pass it
@@ -239,10 +259,10 @@ class Grader:
             functions.last_grad, functions.keep = None, self._reads[item]
             result = self._value_result(item, functions)
         grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source)]
-        backward = self._backward(item, submission, functions, result) if self.gradient_points > 0 else None
+        backward = self._backward(item, submission, functions, result) if gradient_points > 0 else None
         if backward is not None:
-            score = self.gradient_points if backward.passed else 0.0
-            grades.append(Grade(backward.check_id, item, backward, score, self.gradient_points, visibility, source))
+            score = gradient_points if backward.passed else 0.0
+            grades.append(Grade(backward.check_id, item, backward, score, gradient_points, visibility, source))
         return grades
 
     def _say_next(self, item, functions):
@@ -338,7 +358,7 @@ class Grader:
         """(status, failures) of a backward check from the call's outcome and the torch route's gradients."""
         failures = []
         if outcome.mutated:
-            which = ", ".join(_label(label, name) for label in outcome.mutated)
+            which = ", ".join(_label(label, name, self.assignment) for label in outcome.mutated)
             failures.append(Failure("inputs", item.check.line, compare.Mismatch(
                 "side effect", f"`{name}` changed its input {which} in place: a spec function leaves the caller's "
                                f"tensors alone (compute into a new tensor: `q = q * scale`, not `q *= scale`)")))
@@ -348,10 +368,10 @@ class Grader:
         values = _reads_values(item.check)  # a check of shapes holds its gradients to their shapes
         for label, want in golden.items():
             got = (outcome.grads or {}).get(label)
-            target = f"d/d{_label(label, name)}"
+            target = f"d/d{_label(label, name, self.assignment)}"
             if got is None:
                 failures.append(Failure(target, item.check.line, compare.Mismatch(
-                    "gradient", f"no gradient reaches {_label(label, name)}: the computation leaves autograd "
+                    "gradient", f"no gradient reaches {_label(label, name, self.assignment)}: the computation leaves autograd "
                                 f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`)")))
                 continue
             if not values:
@@ -367,8 +387,8 @@ class Grader:
     def _golden(self, item, name, args, kwargs):
         """label -> gradient of the projection through torch's own functions, in float64 (cached per check)."""
         if item not in self._golden_grads:
-            self._golden_grads[item] = (_route_grads(name, args, kwargs, torch.float64),
-                                        _route_grads(name, args, kwargs, item.case.dtype))
+            self._golden_grads[item] = (_route_grads(self._route, name, args, kwargs, torch.float64),
+                                        _route_grads(self._route, name, args, kwargs, item.case.dtype))
         return self._golden_grads[item][0]
 
     def _noise(self, item, label):
@@ -379,7 +399,9 @@ class Grader:
         return tolerance.max_change(own[label], wide[label])
 
 
-def _route_grads(name, args, kwargs, dtype):
+def _route_grads(route, name, args, kwargs, dtype):
+    """label -> the gradient of the projection through ``route[name]`` in ``dtype``: for each floating
+    argument (by position or keyword) and, for a class, each floating parameter (``self.<name>``)."""
     labelled = {}
 
     def leaf(label, value):
@@ -388,9 +410,20 @@ def _route_grads(name, args, kwargs, dtype):
             labelled[label] = value
         return value
 
-    args = [leaf(i, a) for i, a in enumerate(args)]
-    kwargs = {k: leaf(k, v) for k, v in kwargs.items()}
-    outputs = torch_route.FUNCTIONS[name](*args, **kwargs)
+    function = route[name]
+    if args and instances.is_record(args[0]):  # a class: its instance in ``dtype``, its parameters leaves too
+        record = args[0][instances.INSTANCE]
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in record["state"].items()}
+        made = instances.implementation_instance(function.cls, {instances.INSTANCE: {
+            **record, "state": state, "dtype": str(dtype).removeprefix("torch.")}})
+        labelled.update((f"self.{n}", p) for n, p in instances.parameters(made))
+        args = [None, *[leaf(i + 1, a) for i, a in enumerate(args[1:])]]
+        kwargs = {k: leaf(k, v) for k, v in kwargs.items()}
+        outputs = instances.call(made, {instances.INSTANCE: record}, args[1:], kwargs)
+    else:
+        args = [leaf(i, a) for i, a in enumerate(args)]
+        kwargs = {k: leaf(k, v) for k, v in kwargs.items()}
+        outputs = function(*args, **kwargs)
     outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
     loss = wire.projection(outputs, PROJECTION_SEED)
     if loss is None or not labelled:
@@ -413,12 +446,27 @@ def _reads_values(check):
     return any(not isinstance(e, ShapeExpectation) for e in check.expectations)
 
 
-def _label(label, name):
-    """An argument as the feedback names it: its parameter's name in the spec."""
+def _label(label, name, assignment=None):
+    """An argument as the feedback names it: its parameter's name in the spec (``self.key.weight``: a parameter)."""
     if isinstance(label, int):
-        params = spec.FUNCTIONS[name].params
-        return f"`{params[label].name}`" if label < len(params) else f"argument {label}"
+        entry = (assignment or assignments.default()).graded.get(name)
+        params = () if entry is None else entry.call_params
+        position = label - 1 if entry is not None and entry.is_class else label  # the record stands first
+        return f"`{params[position].name}`" if 0 <= position < len(params) else f"argument {label}"
     return f"`{label}`"
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def _assignment(assignment, cases):
+    """The Assignment to grade: given, read from its folder, or the built-in one; ``cases`` replaces its cases."""
+    if assignment is None:
+        assignment = assignments.default()
+    elif not isinstance(assignment, assignments.Assignment):
+        assignment = assignments.load(assignment)
+    return dataclasses.replace(assignment, cases=Path(cases)) if cases is not None else assignment
 
 
 def _source(item):

@@ -4,6 +4,10 @@
 every check says "not implemented".
 """
 
+import ast
+import inspect
+import textwrap
+
 from attention_core import spec
 
 FILE_NAME = "attention_student.py"  # what the hand-out is saved as, and what a Gradescope submission holds
@@ -49,3 +53,60 @@ def _function(function):
 def _plain(text):
     """The README's markdown summary as docstring text."""
     return text.replace("`", "")
+
+
+def assignment_template(assignment, fmt="py"):
+    """The hand-out of ``assignment``: for the built-in one, :func:`template`; for a teacher's, the reference's
+    imports, then each graded function and class with its signature and docstring and a body that raises
+    NotImplementedError. ``fmt="ipynb"``: the same as a notebook's JSON text (a cell per name)."""
+    if assignment.builtin:
+        parts = [HEADER, *(_function(f) for f in spec.SPEC if f.graded)]
+    else:
+        parts = [_teacher_header(assignment), *(_stub(assignment, g) for g in assignment.graded.values())]
+    if fmt == "ipynb":
+        return _notebook(parts)
+    return "".join(parts)
+
+
+def _teacher_header(assignment):
+    tree = ast.parse(inspect.getsource(assignment.reference))
+    imports = [ast.get_source_segment(inspect.getsource(assignment.reference), node)
+               for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    title = assignment.settings.title or assignment.name
+    return f'"""{title}: implement each function and class below."""\n\n' + "\n".join(imports) + "\n"
+
+
+def _stub(assignment, graded):
+    value = getattr(assignment.reference, graded.name)
+    doc = _docstring(inspect.getdoc(value), "    ")
+    if not graded.is_class:
+        return (f"\n\ndef {graded.name}({_params(graded.params)}):\n{doc}"
+                f'    raise NotImplementedError("{graded.name}")\n')
+    node = ast.parse(textwrap.dedent(inspect.getsource(value))).body[0]
+    bases = ", ".join(ast.unparse(b) for b in node.bases) or "nn.Module"
+    forward_doc = _docstring(inspect.getdoc(value.forward) if value.forward.__doc__ else None, "        ")
+    call = ", ".join(["self", *(p.signature() for p in graded.call_params)])
+    own = ", ".join(["self", *(p.signature() for p in graded.params)])
+    return (f"\n\nclass {graded.name}({bases}):\n{doc}\n"
+            f"    def __init__({own}):\n        super().__init__()\n"
+            f'        raise NotImplementedError("{graded.name}.__init__")\n\n'
+            f"    def forward({call}):\n{forward_doc}"
+            f'        raise NotImplementedError("{graded.name}.forward")\n')
+
+
+def _params(params):
+    return ", ".join(p.signature() for p in params)
+
+
+def _docstring(text, indent):
+    if not text:
+        return ""
+    body = textwrap.indent(text.replace('"""', "'''"), indent).lstrip()
+    return f'{indent}"""{body}\n{indent}"""\n'
+
+
+def _notebook(parts):
+    import nbformat  # noqa: PLC0415
+
+    cells = [nbformat.v4.new_code_cell(part.strip("\n")) for part in parts]
+    return nbformat.writes(nbformat.v4.new_notebook(cells=cells)) + "\n"

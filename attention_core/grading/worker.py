@@ -30,9 +30,9 @@ import traceback
 import warnings
 
 
-def load(name):
-    """``name``.py from beside this file, under a name no submission would use."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+def load(name, folder=None):
+    """``name``.py from beside this file (or from ``folder``), under a name no submission would use."""
+    path = os.path.join(folder or os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_grading_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -42,6 +42,7 @@ def load(name):
 
 # ---- the server -----------------------------------------------------------------------------
 
+INSTANCES = None  # the package's instances.py (loaded by path): a graded class's instance made from its record
 SERVER = os.urandom(6).hex()  # in cgroup names: pids repeat across PID namespaces and servers
 LEFT = set()  # cgroups of reaped submissions not yet removed (their last processes still ending)
 
@@ -344,6 +345,20 @@ class Child:
         fn = self.lookup(name)
         if not callable(fn):
             return {"status": "not implemented", "message": f"the submission defines no function {name}"}
+        parameters, made = [], False
+        if isinstance(fn, type) and args and INSTANCES.is_record(args[0]):  # a class: made, given the state, called
+            record = args.pop(0)
+            try:
+                fn = INSTANCES.implementation_instance(fn, record)
+            except INSTANCES.StateMismatch as e:
+                return {"status": "raised", "message": f"StateMismatch: {e}", "traceback": []}
+            except NotImplementedError as e:
+                return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
+            except Exception as e:
+                return {"status": "raised", "message": f"{name}(...) could not be made: {exception_text(e)}",
+                        "traceback": self.frames(e)}
+            parameters, made = INSTANCES.parameters(fn) if seed is not None else [], True
+            args.insert(0, None)  # positions keep counting from the record's: the grader's labels
         # The mutation check's old values: a shared argument's untouched original (the wire.Shared), a
         # gradient's leaf (the call gets a copy of it), else a copy: each made once, before the call.
         originals = {label: self.copies[id(t)] for label, t in self.tensors(args, kwargs) if id(t) in self.copies}
@@ -357,9 +372,10 @@ class Child:
                 originals.setdefault(label, leaves[label].detach())
         before = [(label, t, originals[label] if label in originals else t.detach().clone())
                   for label, t in self.tensors(args, kwargs)]
+        leaves.update((f"self.{n}", p) for n, p in parameters)
         try:
             with torch.enable_grad():
-                value = fn(*args, **kwargs)
+                value = INSTANCES.call(fn, record, args[1:], kwargs) if made else fn(*args, **kwargs)
         except NotImplementedError as e:
             return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
         except Exception as e:
@@ -454,8 +470,10 @@ def main(argv):
     sys.path.extend(d for d in site_dirs if d not in sys.path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader handles ^C and closes us
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    global INSTANCES
     wire = load("wire")  # imports torch
     sandbox = load("sandbox")
+    INSTANCES = load("instances", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sandbox.remove_stale_cgroups()
     warm_up(sys.modules["torch"])
     gc.freeze()  # the children's collections leave the server's objects alone (and their pages shared)

@@ -374,6 +374,9 @@ class CallCheck(_Check):
         return spec_function(self.call)
 
     mode: Literal["eval", "train"] | None = None  # a module's mode (a class call); default: the assignment's
+    # A class call's instance as a students' kit records it: state_dict name -> its initial values (the
+    # reference that would draw them is not in the kit).
+    state: dict[Annotated[str, Field(max_length=400)], Numbers] | None = None
 
     @field_validator("call")
     @classmethod

@@ -12,6 +12,7 @@ imports it into ``tests/test_cases.py``; where no collected module holds it (a c
 repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itself.
 """
 
+import tempfile
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -40,6 +41,9 @@ def pytest_addoption(parser):
     group.addoption("--impl", default=None, metavar="PATH",
                     help="check a submission (a .py file or a folder) instead of the reference core: its "
                          "functions run in a separate process, on the CPU; no snapshots are compared")
+    group.addoption("--assignment", default=None, metavar="DIR",
+                    help="an assignment's folder (reference.py, cases/, assignment.yaml) or a students' kit: its "
+                         "cases are checked, on its reference or on --impl; no snapshots are compared")
     group.addoption("--cases", default=None, metavar="DIR",
                     help="folder of case files (default: the project's cases/); its checks are not "
                          "compared with snapshots unless it is cases/ at the rootdir")
@@ -47,6 +51,11 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "case: a check of a case file (cases/*.yaml) on one device")
+    if config.getoption("--assignment") is not None:
+        try:
+            _assignment(config)
+        except ValueError as err:
+            raise pytest.UsageError(f"--assignment: {err}") from None
     folder = _cases_folder(config)
     if not folder.is_dir():
         raise pytest.UsageError(f"--cases {folder}: no such folder")
@@ -65,21 +74,40 @@ def pytest_configure(config):
 
 
 _ITEMS = pytest.StashKey[list]()
+_ASSIGNMENT = pytest.StashKey[object]()
+
+
+def _assignment(config):
+    """The Assignment of ``--assignment`` (a teacher's folder, or a students' kit without a reference);
+    None for the built-in one."""
+    if _ASSIGNMENT not in config.stash:
+        folder = config.getoption("--assignment")
+        if folder is None:
+            config.stash[_ASSIGNMENT] = None
+        else:
+            from attention_core import assignment  # noqa: PLC0415
+            config.stash[_ASSIGNMENT] = assignment.load(folder, need_reference=False)
+    return config.stash[_ASSIGNMENT]
 
 
 def _cases_folder(config):
-    return Path(config.getoption("--cases") or runner.default_cases_folder())
+    if config.getoption("--cases"):
+        return Path(config.getoption("--cases"))
+    chosen = _assignment(config)
+    return Path(chosen.cases) if chosen is not None else runner.default_cases_folder()
 
 
 def _own_cases(config):
     """Whether the cases are the project's own (``<rootdir>/cases``), whose snapshots live in tests/."""
+    if config.getoption("--assignment") is not None:
+        return False
     return _cases_folder(config).resolve() == (config.rootpath / "cases").resolve()
 
 
 def case_items(config):
     """The session's check items, loaded once."""
     if _ITEMS not in config.stash:
-        config.stash[_ITEMS] = runner.collect(_cases_folder(config))
+        config.stash[_ITEMS] = runner.collect(_cases_folder(config), _assignment(config))
     return config.stash[_ITEMS]
 
 
@@ -106,14 +134,23 @@ def case_functions(request):
     if impl is None:
         yield None
         return
-    from attention_core.grading import client, replies  # noqa: PLC0415 (loaded only when a submission is checked)
-    from attention_core.grading.remote import CALL_TIMEOUT, RemoteFunctions  # noqa: PLC0415
-    with client.Worker() as worker:
-        submission = worker.open(Path(impl))
+    from attention_core import assignment  # noqa: PLC0415
+    from attention_core.grading import client, notebooks, replies  # noqa: PLC0415 (loaded only when asked)
+    from attention_core.grading.remote import RemoteFunctions  # noqa: PLC0415
+    chosen = _assignment(request.config) or assignment.default()
+    with client.Worker(names=chosen.names, budget=chosen.settings.budget) as worker, \
+            tempfile.TemporaryDirectory(prefix="attention-impl-") as scratch:
+        path = Path(impl)
+        if notebooks.is_notebook(path):
+            try:
+                path = notebooks.write_module(path, scratch)
+            except notebooks.NotebookError as err:
+                pytest.fail(f"--impl {impl}: {err}", pytrace=False)
+        submission = worker.open(path)
         try:
             if submission.status != replies.OK:
                 pytest.fail(f"--impl {impl} could not be imported: {submission.message}", pytrace=False)
-            yield RemoteFunctions(submission, CALL_TIMEOUT)
+            yield RemoteFunctions(submission, chosen.settings.call_timeout)
         finally:
             submission.close()
 

@@ -14,6 +14,7 @@ import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -123,13 +124,18 @@ def graded_arguments(check, case, scope, functions, device, dtype):
     expression = check.expr
     name, args, kwargs = expression.call_arguments(scope, functions=functions, device=device, dtype=dtype)
     init = expression.init_arguments(scope, functions=functions, device=device, dtype=dtype)
-    if init is not None:
+    if init is not None and check.state is not None:  # recorded (a students' kit): no reference draws it
+        state = {k: v.to(dtype=dtype if v.is_floating_point() else v.dtype, device=device) for k, v in check.state.items()}
+        args = [instances.instance_record(*init, state, check.mode, dtype), *args]
+    elif init is not None:
         cls = functions[name].cls
         state = getattr(scope, "rng_state", None)
         if state is None:
             raise ValueError(f"`{name}(...)` makes an instance from the case's seeded stream: give the case a 'seed'")
-        made = instances.reference_instance(cls, *init, rng_state=state, dtype=dtype, device=device, mode=check.mode)
-        record = instances.instance_record(*init, made.state_dict(), check.mode, dtype)
+        made, after = instances.reference_instance(cls, *init, rng_state=state, dtype=dtype, device=device,
+                                                   mode=check.mode)
+        record = instances.instance_record(*init, made.state_dict(), check.mode, dtype, instances.buffer_names(made),
+                                           rng=after)
         args = [record, *args]
     return name, args, kwargs
 
@@ -343,7 +349,7 @@ def _call_implementation(functions, name, args, kwargs):
     try:
         return function(*args, **kwargs)
     except instances.StateMismatch as err:
-        raise _Stop(Status.IMPLEMENTATION_ERROR, f"`{name}`: {err}") from None
+        raise _Stop(Status.IMPLEMENTATION_ERROR, f"`{name}` raised StateMismatch: {err}") from None
     except CallFailed as failed:  # an out-of-process call: its status and the lines of its traceback
         raise _Stop(failed.status, failed.message, failed.details) from None
     except NotImplementedError as err:
@@ -451,6 +457,13 @@ def _oracles(item):
     if not wanted:
         return {}
     scope = materialise(item.case, device="cpu", dtype=torch.float64)
+    if isinstance(item.check, CallCheck) and item.check.expr.init_arguments(scope) is not None:
+        try:  # `self` is the instance the check makes, its parameters and buffers in float64
+            _, args, _ = graded_arguments(item.check, item.case, scope, reference_of(item), "cpu", torch.float64)
+        except Exception as err:
+            raise _Stop(Status.CASE_ERROR, f"the instance of `{item.check.expr.source}` could not be made: "
+                                           f"{_describe(err)}") from None
+        scope = {**scope, "self": state_record(args[0][instances.INSTANCE]["state"])}
     values = {}
     for e in wanted:
         try:
@@ -460,6 +473,17 @@ def _oracles(item):
                                            f"{_describe(err)}") from None
         values[e.target] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float64)
     return values
+
+
+def state_record(state):
+    """A module's state (``state_dict`` names -> tensors) as records an expression reads: ``self.key.weight``."""
+    root = SimpleNamespace()
+    for name, value in state.items():
+        node, *path, last = [root, *name.split(".")]
+        for part in path:
+            node = vars(node).setdefault(part, SimpleNamespace())
+        setattr(node, last, value)
+    return root
 
 
 def _numerics(item):

@@ -72,6 +72,8 @@ def _graded(check, at, assignment):
                                        f"`{name}({', '.join(p.name for p in entry.params)})(...)`")
     if made and not entry.is_class:
         raise Misplaced((*at, "call"), f"{name} is a function, not a class: call it once, `{name}(...)`")
+    if check.state is not None and not entry.is_class:
+        raise Misplaced((*at, "state"), f"'state' records a module's parameters; {name} is a function")
     if check.mode is not None and not entry.is_class:
         raise Misplaced((*at, "mode"), f"'mode' sets a module's mode; {name} is a function")
     helpers = {n for n, g in graded.items() if not g.is_class}
@@ -143,8 +145,9 @@ def _check(check, at, inputs, case_source, case_points, case_visibility, assignm
             raise Misplaced(where, f"expectation target {err.message}", key=True, line=err.line,
                             column=err.column) from None
         _defined(parsed, scope, where, "expectation target", key=True)
-        if isinstance(expectation, OracleExpectation):
-            _defined(expectation.oracle, inputs, (*where, "oracle"), "oracle")
+        if isinstance(expectation, OracleExpectation):  # a class call's oracle reads its instance as `self`
+            made = {"self"} if entry is not None and entry.is_class else set()
+            _defined(expectation.oracle, inputs | made, (*where, "oracle"), "oracle")
         expectation.place(target, parsed)
     if check.erratum is not None and check.erratum.differs is not None:
         _differs(check, check.erratum.differs, (*at, "erratum", "differs"), inputs, returns, assignment.graded)
