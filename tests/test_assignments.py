@@ -332,3 +332,17 @@ def test_a_module_in_train_mode_draws_its_dropout_as_the_notebook_did(tmp_path):
     run = cli("grade", "--assignment", folder, HEAD / "submissions" / "correct.py", "--out", tmp_path / "out")
     scores = {line.split()[0]: line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
     assert run.returncode == 0 and scores == {"correct": ["2", "/", "2"]}, run.stdout + run.stderr[-2000:]
+
+
+def test_the_bundle_of_the_built_in_spec_with_other_cases_carries_those_cases(tmp_path):
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "mine.yaml").write_text("document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n"
+                                     "    checks:\n      - {id: k, call: softmax(x), expect: {out: [0.2689, 0.7311]}}\n")
+    run = cli("gradescope-bundle", "--cases", cases, tmp_path / "a.zip")
+    assert run.returncode == 0, run.stderr
+    with zipfile.ZipFile(tmp_path / "a.zip") as z:
+        names = set(z.namelist())
+    assert "assignment/cases/mine.yaml" in names and "assignment/reference.py" not in names
+    from attention_core.grading.autograder import _bundled  # noqa: PLC0415
+    assert _bundled(tmp_path) == {"cases": cases} and _bundled(None) == {} and _bundled(BOOK) == {"assignment": BOOK}

@@ -63,17 +63,24 @@ def bundle(out, project, assignment=None):
         _add(z, "run_autograder", RUN, executable=True)
         for path in sorted(_source_files(project)):
             _add(z, f"attention-core/{path.relative_to(project)}", path.read_bytes())
-        if assignment is not None and not assignment.builtin:
+        if assignment is not None and not _shipped(assignment):
             for path, name in _assignment_files(assignment):
                 _add(z, f"assignment/{name}", path.read_bytes())
     return out
 
 
+def _shipped(assignment):
+    """Whether ``assignment`` is the built-in one with its own cases: the harness's source carries it all."""
+    from attention_core.assignment import default_cases_folder  # noqa: PLC0415
+    return assignment.builtin and Path(assignment.cases).resolve() == default_cases_folder().resolve()
+
+
 def _assignment_files(assignment):
-    """(path, name in the bundle) of what grading a teacher's assignment reads: its reference, settings and cases."""
-    folder = Path(assignment.folder)
+    """(path, name in the bundle) of what grading a teacher's assignment reads: its reference, settings and cases
+    (the built-in assignment with other cases, ``--cases DIR``: those cases alone)."""
+    folder = None if assignment.builtin else Path(assignment.folder)
     for name in ("reference.py", "assignment.yaml"):
-        if (folder / name).is_file():
+        if folder is not None and (folder / name).is_file():
             yield folder / name, name
     cases = Path(assignment.cases)
     for path in sorted(cases.iterdir()):
@@ -105,9 +112,7 @@ def run(root=ROOT, time_limit=TIME_LIMIT):
 
     def grade():
         try:
-            folder = os.environ.get("ATTENTION_ASSIGNMENT")
-            chosen = folder if folder and Path(folder).is_dir() else None
-            with Grader(assignment=chosen) as grader:
+            with Grader(**_bundled(os.environ.get("ATTENTION_ASSIGNMENT"))) as grader:
                 grader.grade(_entry(submission), into=graded)
         except BaseException:  # a fault of the grading machinery: reported, never a crash without results
             problem.append(traceback.format_exc(limit=3))
@@ -125,6 +130,17 @@ def run(root=ROOT, time_limit=TIME_LIMIT):
         result["output"] = f"{why}; the checks graded before that are below.\n\n{result['output']}"
     results.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return 0
+
+
+def _bundled(folder):
+    """The Grader's arguments for the assignment the bundle carries in ``folder``: a teacher's (its reference,
+    cases and settings), the built-in one with other cases (cases alone), or none (the built-in one)."""
+    folder = Path(folder) if folder else None
+    if folder is None or not folder.is_dir():
+        return {}
+    if (folder / "reference.py").is_file():
+        return {"assignment": folder}
+    return {"cases": folder / "cases"} if (folder / "cases").is_dir() else {}
 
 
 def _entry(submission):

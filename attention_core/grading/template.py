@@ -109,4 +109,6 @@ def _notebook(parts):
     import nbformat  # noqa: PLC0415
 
     cells = [nbformat.v4.new_code_cell(part.strip("\n")) for part in parts]
+    for number, cell in enumerate(cells, 1):
+        cell.id = f"cell-{number}"  # the same notebook every time
     return nbformat.writes(nbformat.v4.new_notebook(cells=cells)) + "\n"
