@@ -387,16 +387,20 @@ class Grader:
     def _golden(self, item, name, args, kwargs):
         """label -> gradient of the projection through torch's own functions, in float64 (cached per check)."""
         if item not in self._golden_grads:
-            self._golden_grads[item] = (_route_grads(self._route, name, args, kwargs, torch.float64),
-                                        _route_grads(self._route, name, args, kwargs, item.case.dtype))
+            wide = _route_grads(self._route, name, args, kwargs, torch.float64)
+            own = _route_grads(self._route, name, args, kwargs, item.case.dtype)
+            moved = [_route_grads(self._route, name, *_moved(args, kwargs, item.case.dtype, seed), torch.float64)
+                     for seed in range(tolerance.GRADIENT_PERTURBATIONS)] if wide is not None else []
+            self._golden_grads[item] = (wide, own, moved)
         return self._golden_grads[item][0]
 
     def _noise(self, item, label):
-        """How far the torch route's own gradient in the case's dtype is from float64's (its rounding)."""
-        wide, own = self._golden_grads[item]
-        if own is None or label not in own or own[label] is None:
-            return 0.0
-        return tolerance.max_change(own[label], wide[label])
+        """How far a correct gradient in the case's dtype may be from float64's: the torch route's own rounding,
+        or the change a relative ±eps move of the inputs makes (see tolerance.GRADIENT_PERTURBATIONS)."""
+        wide, own, moved = self._golden_grads[item]
+        changes = [tolerance.max_change(g[label], wide[label]) for g in [own, *moved]
+                   if g is not None and g.get(label) is not None and wide.get(label) is not None]
+        return max(changes, default=0.0)
 
 
 def _route_grads(route, name, args, kwargs, dtype):
@@ -431,6 +435,21 @@ def _route_grads(route, name, args, kwargs, dtype):
     grads = torch.autograd.grad(loss, list(labelled.values()), allow_unused=True)
     return {label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
             for (label, t), g in zip(labelled.items(), grads)}
+
+
+def _moved(args, kwargs, dtype, seed):
+    """(args, kwargs) with each floating tensor moved by ±eps(dtype) of each element, in float64 (signs drawn
+    from ``seed``); an instance record, and every other argument, as it is."""
+    generator = torch.Generator().manual_seed(seed)
+    eps = torch.finfo(dtype).eps
+
+    def move(value):
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+            return value
+        signs = torch.randint(0, 2, value.shape, generator=generator, dtype=torch.float64) * 2 - 1
+        return value.double() * (1 + eps * signs)
+
+    return [move(a) for a in args], {k: move(v) for k, v in kwargs.items()}
 
 
 def _read_results(check):
