@@ -87,14 +87,34 @@ def _dumps(results):
 
 
 def write_gradebook(graded_list, path):
-    """Columns ``submission,score,max_score`` then one per check (that check's score)."""
-    checks = []
+    """Columns ``submission,score,max_score`` then one per check (that check's score).
+
+    A gradebook already at ``path`` grows: a submission graded now replaces its own row, and every other
+    row stays as it was (a late student graded into the same folder drops nobody). Written to a new file
+    beside it, then moved into place, so an interrupted write leaves the old gradebook whole."""
+    rows, checks = _existing_rows(path)
     for graded in graded_list:
         checks += [g.check_id for g in graded.grades if g.check_id not in checks]
-    with path.open("w", newline="", encoding="utf-8") as handle:
+        scores = {g.check_id: points(g.score) for g in graded.grades}
+        rows[graded.name] = {"score": points(graded.score), "max_score": points(graded.max_score), **scores}
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["submission", "score", "max_score", *checks])
-        for graded in graded_list:
-            scores = {g.check_id: points(g.score) for g in graded.grades}
-            writer.writerow([graded.name, points(graded.score), points(graded.max_score),
-                             *(scores.get(c, "") for c in checks)])
+        for name, row in rows.items():
+            writer.writerow([name, row.get("score", ""), row.get("max_score", ""), *(row.get(c, "") for c in checks)])
+    partial.replace(path)
+
+
+def _existing_rows(path):
+    """(submission -> its row by column, the check columns in order) of the gradebook at ``path``; empty when
+    there is none, or when it is not a gradebook of this format (then it is replaced)."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            table = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return {}, []
+    if not table or table[0][:3] != ["submission", "score", "max_score"]:
+        return {}, []
+    header = table[0]
+    return {row[0]: dict(zip(header[1:], row[1:])) for row in table[1:] if row}, header[3:]

@@ -1,0 +1,54 @@
+"""The gradebook of an output folder grows: grading into it again replaces the rows graded now and keeps
+every other (a late student drops nobody)."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from attention_core.grading.gradescope import write_gradebook
+
+HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
+
+
+def _graded(name, **scores):
+    grades = [SimpleNamespace(check_id=check, score=score) for check, score in scores.items()]
+    return SimpleNamespace(name=name, score=sum(scores.values()), max_score=2.0 * len(scores), grades=grades)
+
+
+def _rows(path):
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.reader(handle))
+
+
+def test_a_second_batch_replaces_its_own_rows_and_keeps_the_others(tmp_path):
+    book = tmp_path / "gradebook.csv"
+    write_gradebook([_graded("alice", a=1.0, b=2.0), _graded("bob", a=0.0, b=2.0)], book)
+    write_gradebook([_graded("carol", a=2.0, c=1.0), _graded("alice", a=2.0, b=2.0)], book)
+    assert _rows(book) == [["submission", "score", "max_score", "a", "b", "c"],
+                           ["alice", "4", "4", "2", "2", ""],
+                           ["bob", "2", "4", "0", "2", ""],
+                           ["carol", "3", "4", "2", "", "1"]]
+    assert not (tmp_path / "gradebook.csv.partial").exists()
+
+
+def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):
+    book = tmp_path / "gradebook.csv"
+    book.write_text("name,grade\nzed,3\n", encoding="utf-8")
+    write_gradebook([_graded("alice", a=1.0)], book)
+    assert _rows(book) == [["submission", "score", "max_score", "a"], ["alice", "1", "2", "1"]]
+
+
+@pytest.mark.grading
+def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_path):
+    out = tmp_path / "out"
+    for submission in ("correct.py", "unscaled.py"):
+        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+                              str(HEAD / "submissions" / submission), "--out", str(out)],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+    rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
+    assert rows == {"correct": ["6", "6"], "unscaled": ["2", "6"]}
