@@ -84,6 +84,14 @@ class Assignment:
             return {}
         return callables(self.reference, self.graded)
 
+    def settings_problems(self, items):
+        """``file:line:col: ...`` for each setting that names no check of ``items`` (the assignment's loaded
+        checks, load errors included)."""
+        if self.folder is None or not self.settings.checks:
+            return []
+        from attention_core.settings import unknown_checks  # noqa: PLC0415
+        return unknown_checks(Path(self.folder) / SETTINGS_FILE, self.settings, [i.id for i in items])
+
     def returns(self, name):
         return self.graded[name].returns
 

@@ -175,13 +175,16 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
             note = f": {escape(item.check.erratum.note)}" if verbose else ""
             print(f"  {escape(item.id)} ({item.location}){note}", file=out)
     shown.print(out)
+    settings = assignment.settings_problems(items) if assignment is not None else []
+    for problem in settings:
+        print(f"error: {problem}", file=out)
     if page is not None:
         page.notes += skipped
         html.write_text(page.html(), encoding="utf-8")
         print(f"\nwrote {html}", file=out)
     if shown.harness_error:
         return 2
-    return 1 if shown.count else 0
+    return 1 if shown.count or settings else 0
 
 
 class Shown:

@@ -72,19 +72,17 @@ def implementation_instance(cls, record, device="cpu"):
 
 
 def load_state(instance, state, name, buffers=()):
-    """Copy ``state`` (name -> tensor) into ``instance``; raise :class:`StateMismatch` where the names or
-    shapes of its parameters differ from ``state``'s.
+    """Copy the parameters of ``state`` (name -> tensor) into ``instance``; raise :class:`StateMismatch` where
+    their names or shapes differ from the instance's parameters.
 
-    Parameters must match by name and shape: they are what the reference drew. A buffer (``buffers``
-    names them in ``state``; a causal mask, say) is copied where the instance has one of that name and
-    shape, and otherwise left to the instance: an implementation that makes its mask on the fly, or
-    keeps it under another name, is as right as the reference."""
-    own = instance.state_dict()
-    theirs = {n for n, _ in instance.named_buffers()}
+    Parameters must match by name and shape: they are what the reference drew. Buffers (``buffers`` names
+    them in ``state``; a causal mask, say) are the implementation's own: it made them from the same
+    arguments, and a mask it keeps otherwise (on the fly, under another name, True where blocked) is as
+    right as the reference's, while a wrong one must show. A buffer the reference draws at random is not
+    reproduced: such a class keeps it as a parameter, or the case fixes it otherwise."""
     buffers = set(buffers)
-    state = {k: v for k, v in state.items()
-             if k not in buffers or (k in own and tuple(own[k].shape) == tuple(v.shape))}
-    own = {k: v for k, v in own.items() if k not in theirs or k in state}
+    state = {k: v for k, v in state.items() if k not in buffers}
+    own = dict(instance.named_parameters(remove_duplicate=False))
     wrong = sorted(set(state) ^ set(own)) or sorted(k for k in state if tuple(own[k].shape) != tuple(state[k].shape))
     if wrong:
         missing = [k for k in state if k not in own]
@@ -98,10 +96,10 @@ def load_state(instance, state, name, buffers=()):
         if shapes:
             parts.append("; ".join(f"your `{k}` is {tuple(own[k].shape)} where the reference's is "
                                    f"{tuple(state[k].shape)}" for k in shapes[:4]))
-        reference = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in list(state.items())[:8] if k not in buffers)
+        reference = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in list(state.items())[:8])
         raise StateMismatch("; ".join(parts) + f"; the reference has {reference or 'no parameters'}"
                             + (", ..." if len(state) > 8 else "")
-                            + " (the parameters and buffers are matched by their state_dict names)")
+                            + " (parameters are matched by their names)")
     with torch.no_grad():
         for key, value in state.items():
             own[key].copy_(value)

@@ -17,7 +17,9 @@ out of the kit (the teacher's grading still has it), and the README says how man
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -49,6 +51,21 @@ def write_kit(assignment, kit, out=None):
         print(f"error: {broken[0].location}: {broken[0].error.message} (a kit is made from case files that "
               f"load: run lint)", file=sys.stderr)
         return 2
+    building = Path(tempfile.mkdtemp(prefix=f".{kit.name}-", dir=kit.parent))  # renamed to KIT once whole
+    try:
+        kept, left = _build(assignment, items, building)
+    except Exception as err:  # noqa: BLE001 (a check the reference cannot compute: no half-written kit)
+        shutil.rmtree(building, ignore_errors=True)
+        print(f"error: the kit could not be made: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    building.rename(kit)
+    print(f"{kit}: {kept} visible check{'s' * (kept != 1)}" + (f", {left} left out (hidden, or needing the "
+          f"reference)" if left else "") + f"; students run: pytest --assignment {kit} --impl FILE", file=out)
+    return 0
+
+
+def _build(assignment, items, kit):
+    """Write the kit's files into the folder ``kit``; (checks kept, checks left out)."""
     (kit / "cases").mkdir(parents=True)
     kept, left = 0, 0
     preparation = runner.Preparation()
@@ -66,10 +83,7 @@ def write_kit(assignment, kit, out=None):
     (kit / "template.py").write_text(assignment_template(assignment), encoding="utf-8")
     (kit / "template.ipynb").write_text(assignment_template(assignment, fmt="ipynb"), encoding="utf-8")
     (kit / "README.md").write_text(_readme(assignment, kept, left), encoding="utf-8")
-    print(f"{kit}: {kept} visible check{'s' * (kept != 1)}" + (f", {left} left out (hidden, or their arguments "
-          f"need the reference)" if left else "") + f"; students run: pytest --assignment {kit} --impl FILE",
-          file=out)
-    return 0
+    return kept, left
 
 
 def _kit_file(path, items, assignment, preparation, target):

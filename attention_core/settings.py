@@ -8,6 +8,7 @@ and each problem at its file:line:column.
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -69,6 +70,27 @@ class Settings(BaseModel):
 
 class SettingsError(ValueError):
     """A problem in ``assignment.yaml``, at its line and column."""
+
+
+def unknown_checks(path, settings, check_ids):
+    """``file:line:col: ...`` for each key of ``checks:`` in ``path`` that names no file, case or check of
+    ``check_ids`` (a misspelt id would otherwise leave its check as it was, in silence)."""
+    known = set()
+    for check_id in check_ids:
+        parts = check_id.split("/")
+        known |= {"/".join(parts[:n]) for n in range(1, len(parts) + 1)}
+    wrong = [key for key in settings.checks if key not in known]
+    if not wrong:
+        return []
+    tree = yaml_lines.read(Path(path), escape(str(path)))
+    problems = []
+    for key in wrong:
+        line, column = yaml_lines.locate(tree, ("checks", key), key=True)
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        problems.append(f"{escape(str(path))}:{line}:{column}: checks: {shorten(key)!r} names no file, case or check "
+                        f"of the assignment's cases{hint}")
+    return problems
 
 
 def read_settings(path):

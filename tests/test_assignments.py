@@ -30,6 +30,11 @@ def cli(*args, cwd=None, timeout=300):
                           cwd=cwd, timeout=timeout)
 
 
+def _scores(run):
+    """submission -> its score, from grade's table."""
+    return {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
+
+
 def pytest_run(*args, cwd):
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd, timeout=300)
@@ -220,6 +225,9 @@ def test_a_batch_of_book_submissions_is_graded_with_the_credit_of_each_class(tmp
         in notebook and "skipped the IPython magic/shell line `!pip install nothing`" in notebook
     hidden = next(t for t in results["reordered"]["tests"] if t["name"] == "chapter3/multi_head_hidden/shape")
     assert hidden["visibility"] == "hidden"
+    wrapper = next(t for t in results["mask_after_softmax"]["tests"] if t["name"] == "chapter3/wrapper/context")
+    assert "Likely cause: `CausalAttention`, which the reference `MultiHeadAttentionWrapper` calls, fails its own " \
+           "checks" in wrapper["output"]
 
 
 @pytest.mark.grading
@@ -346,3 +354,102 @@ def test_the_bundle_of_the_built_in_spec_with_other_cases_carries_those_cases(tm
     assert "assignment/cases/mine.yaml" in names and "assignment/reference.py" not in names
     from attention_core.grading.autograder import _bundled  # noqa: PLC0415
     assert _bundled(tmp_path) == {"cases": cases} and _bundled(None) == {} and _bundled(BOOK) == {"assignment": BOOK}
+
+
+MASKED = '''import torch
+from torch import nn
+
+
+class Masked(nn.Module):
+    """Causal attention with one projection and a mask buffer (True: may attend)."""
+
+    def __init__(self, d, block):
+        super().__init__()
+        self.proj = nn.Linear(d, d, bias=False)
+        self.register_buffer("mask", torch.tril(torch.ones(block, block, dtype=torch.bool)))
+
+    def forward(self, x):
+        T = x.shape[-2]
+        q = self.proj(x)
+        scores = (q @ q.transpose(-2, -1)).masked_fill(~self.mask[:T, :T], float("-inf"))
+        return torch.softmax(scores, dim=-1) @ x
+'''
+
+
+def _masked_assignment(folder, oracle="x"):
+    (folder / "cases").mkdir(parents=True)
+    (folder / "reference.py").write_text(MASKED, encoding="utf-8")
+    (folder / "cases" / "m.yaml").write_text(
+        "document: {title: T}\ncases:\n  - id: c\n    seed: 0\n    inputs: {x: {randn: [2, 4, 3]}}\n"
+        "    checks:\n      - {id: k, call: \"Masked(3, 6)(x)\", expect: {out: \"torch.Size([2, 4, 3])\"}}\n"
+        "      - id: v\n        call: Masked(3, 6)(x)\n        expect:\n          out:\n            oracle: >-\n"
+        "              softmax((x @ self.proj.weight.T) @ (x @ self.proj.weight.T).transpose(-2, -1)\n"
+        f"              + triu(full((4, 4), -inf), 1), dim=-1) @ {oracle}\n", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.grading
+def test_buffers_are_the_students_own_so_a_wrong_mask_shows_and_another_convention_passes(tmp_path):
+    folder = _masked_assignment(tmp_path / "a")
+    assert cli("--assignment", folder).returncode == 0
+    blocked = MASKED.replace('torch.tril(torch.ones(block, block, dtype=torch.bool))',
+                             'torch.triu(torch.ones(block, block, dtype=torch.bool), diagonal=1)').replace(
+        "masked_fill(~self.mask[:T, :T]", "masked_fill(self.mask[:T, :T]")
+    wrong = MASKED.replace('torch.tril(torch.ones(block, block, dtype=torch.bool))',
+                           'torch.ones(block, block, dtype=torch.bool)')
+    (tmp_path / "blocked.py").write_text(blocked)
+    (tmp_path / "wrong.py").write_text(wrong)
+    run = cli("grade", "--assignment", folder, tmp_path / "blocked.py", tmp_path / "wrong.py", "--out", tmp_path / "o")
+    scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
+    assert scores == {"blocked": "4", "wrong": "2"}, run.stdout + run.stderr[-1500:]
+
+
+@pytest.mark.grading
+def test_a_check_the_case_cannot_compute_is_worth_nothing_to_anyone_and_grade_says_so(tmp_path):
+    folder = _masked_assignment(tmp_path / "a", oracle="self.nothing.weight")
+    (tmp_path / "s.py").write_text(MASKED)
+    run = cli("grade", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
+    assert run.returncode == 0 and _scores(run) == {"s": "2"}, run.stdout + run.stderr[-1500:]
+    assert "warning: 1 check of the cases cannot be run" not in run.stderr  # found when run, not when loaded
+    results = json.loads((tmp_path / "o" / "s" / "results.json").read_text())
+    broken = next(t for t in results["tests"] if t["name"] == "m/c/v")
+    assert (broken["score"], broken["max_score"]) == (0, 0) and "not graded" in broken["output"]
+    assert "m.yaml" not in broken["output"]
+
+
+def test_a_setting_that_names_no_check_is_an_error_at_its_line(tmp_path):
+    folder = _masked_assignment(tmp_path / "a")
+    (folder / "assignment.yaml").write_text("points: 2\nchecks:\n  m/c/kk: {points: 5}\n  m/c: {visibility: hidden}\n")
+    lint = cli("lint", "--assignment", folder)
+    assert lint.returncode == 1 and f"{folder / 'assignment.yaml'}:3:3: error: checks: 'm/c/kk' names no file, case " \
+        "or check of the assignment's cases; did you mean 'm/c/k'?" in lint.stdout, lint.stdout
+    (tmp_path / "s.py").write_text(MASKED)
+    grade = cli("grade", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
+    assert grade.returncode == 2 and "'m/c/kk' names no file, case or check" in grade.stderr
+    assert cli("--assignment", folder).returncode == 1
+
+
+def test_an_oracle_reads_a_module_lists_members_by_position():
+    chosen = assignments.load(BOOK)
+    item = next(i for i in runner.collect(chosen.cases, chosen) if i.id == "chapter3/wrapper/context")
+    _, args, _ = runner.Preparation().arguments(item, "cpu")
+    record = runner.state_record(args[0][instances.INSTANCE]["state"])
+    assert torch.equal(record.heads[1].W_key.weight, args[0][instances.INSTANCE]["state"]["heads.1.W_key.weight"])
+
+
+@pytest.mark.grading
+def test_a_folder_of_several_files_is_graded_by_the_one_that_defines_the_graded_names(tmp_path):
+    submission = tmp_path / "alice"
+    submission.mkdir()
+    (submission / "helpers.py").write_text("def scale(x):\n    return x\n")
+    (submission / "solution.py").write_text((HEAD / "submissions" / "correct.py").read_text())
+    run = cli("grade", "--assignment", HEAD, submission, "--out", tmp_path / "o")
+    assert _scores(run) == {"alice": "6"}, run.stdout + run.stderr[-1500:]
+
+
+def test_a_kit_of_cases_that_do_not_load_is_refused_and_leaves_no_folder(tmp_path):
+    folder = _masked_assignment(tmp_path / "a")
+    (folder / "cases" / "m.yaml").write_text((folder / "cases" / "m.yaml").read_text().replace("    seed: 0\n", ""))
+    run = cli("student-kit", "--assignment", folder, tmp_path / "kit")
+    assert run.returncode == 2 and "has no 'seed'" in run.stderr and "Traceback" not in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]

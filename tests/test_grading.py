@@ -295,7 +295,8 @@ def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths
     assert main(["grade", str(tmp_path / "student.py"), "--cases", str(course / "cases"), "--out", "out"]) == 0
     for written in ("results.json", "report.html"):
         text = (elsewhere / "out" / "student" / written).read_text(encoding="utf-8")
-        assert f"cases/{shipped.name}:" in text
+        # The teacher's report names the case file from its folder; a student's feedback names none.
+        assert (f"cases/{shipped.name}:" in text) == (written == "report.html"), written
         assert str(course) not in text and str(runner.default_cases_folder().parent) not in text, written
 
 
@@ -315,3 +316,20 @@ def test_a_check_no_implementation_could_pass_is_worth_nothing_and_charged_to_no
     for grade in graded.grades:
         assert (grade.result.status.value, grade.score, grade.max_score) == ("case error", 0.0, 0.0)
         assert reason in grade.result.message
+
+
+def test_a_students_feedback_shows_the_call_and_names_no_case_file_line_or_variable(batch):
+    results, _, _ = batch
+    for name, result in results.items():
+        for test in _failed(result):
+            text = test["output"]
+            assert ".yaml" not in text and not re.search(r"\(line \d+\)", text), (name, test["name"], text[:300])
+    mutant = next(t for t in _failed(results["mutant_" + mutants.MUTANTS[0].name]) if "The call: " in t["output"])
+    call = mutant["output"].split("The call: ", 1)[1].split("\n\n", 1)[0]
+    function = mutant["name"].split("/")[-1].removesuffix("/backward")
+    assert re.match(r"\w+\(", call) and ": float" in call, call  # the call, and each tensor's dtype and shape
+    attention = next(t for t in _failed(results["mutant_" + next(m.name for m in mutants.MUTANTS
+                                                                  if "attention" in m.functions)])
+                     if "`output`, what your `attention` returns (result 1 of 2)" in t["output"]
+                     or "`weights`, what your `attention` returns (result 2 of 2)" in t["output"])
+    assert "attention(q, k, v" in attention["output"], (function, attention["output"][:500])

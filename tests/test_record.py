@@ -143,7 +143,7 @@ def test_new_writes_a_commented_skeleton_that_loads_and_is_pending(tmp_path, cap
     assert _run("new", "my_tutorial", "--cases", tmp_path)[0] == 0
     path = tmp_path / "my_tutorial.yaml"
     text = path.read_text(encoding="utf-8")
-    assert text.startswith("# yaml-language-server: $schema=") and "# `call:` one spec function" in text
+    assert text.startswith("# yaml-language-server: $schema=") and "# `call:` one function or class of the assignment" in text
     assert load_file(path).errors == ()
     status, said = _run("lint", path)
     assert status == 0 and said.endswith("0 errors, 2 warnings\n")

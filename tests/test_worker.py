@@ -188,6 +188,9 @@ def test_a_folder_submission_imports_its_own_helpers(worker, tmp_path):
         assert s.call("causal_average", (torch.ones(2),)).value.tolist() == [2.0, 2.0]
     with worker.open(tmp_path, entry="attention.py") as misnamed:
         assert misnamed.status == "import error" and "attention.py" in misnamed.message
+    with worker.open(tmp_path) as chosen:  # no entry named: the one file that defines a graded name
+        assert chosen.call("causal_average", (torch.ones(2),)).value.tolist() == [2.0, 2.0]
+    (tmp_path / "solution.py").write_text("from helpers import double\n")
     with pytest.raises(ValueError, match="say which file is the submission"):
         worker.open(tmp_path)
 

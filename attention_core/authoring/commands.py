@@ -38,8 +38,11 @@ def lint_command(args, out=None):
     findings = lint(args.paths, default_folder=chosen.cases, assignment=chosen)
     for finding in findings:
         print(finding, file=out)
-    errors = sum(f.severity == "error" for f in findings)
-    print(f"{_count(errors, 'error')}, {_count(len(findings) - errors, 'warning')}", file=out)
+    settings = [] if args.paths else chosen.settings_problems(runner.collect(chosen.cases, chosen))
+    for problem in settings:
+        print(problem.replace(": checks: ", ": error: checks: ", 1), file=out)
+    errors = sum(f.severity == "error" for f in findings) + len(settings)
+    print(f"{_count(errors, 'error')}, {_count(len(findings) + len(settings) - errors, 'warning')}", file=out)
     return 1 if errors else 0
 
 
@@ -93,7 +96,7 @@ def new_command(args, out=None):
     if refused:
         print(refused, file=sys.stderr)
         return 2
-    path.write_text(skeleton(path, schema=_schema()), encoding="utf-8")
+    path.write_text(skeleton(path, schema=_schema(), assignment=_chosen(args)), encoding="utf-8")
     print(f"{path}: written; fill it in, then python -m attention_core lint {path}", file=out)
     return 0
 

@@ -135,15 +135,23 @@ cases:
     inputs:
       x: [[1.0, 0.0], [0.0, 1.0]]  # literal numbers; or torch's printed text after `|`
     checks:
-      - id: softmax_rows
+      - id: {check}
         source: {{cell: "In [2]"}}
-        # `call:` one spec function (graded), or `expr:` the document's own arithmetic
-        pending: "write `call: softmax(x)` and paste what the document printed below"
+        # `call:` one function or class of the assignment (graded), or `expr:` the document's own arithmetic
+        pending: "write `call: {call}` and paste what the document printed below"
         expect:
           out:   # paste torch's print here after `|`, or leave empty for `record` to fill in
 """
 
 
-def skeleton(path, *, schema):
-    """A new case file's commented skeleton, for ``path``."""
-    return schema_line(path, schema) + SKELETON.format(name=Path(path).stem)
+def skeleton(path, *, schema, assignment=None):
+    """A new case file's commented skeleton, for ``path``; its example call is of ``assignment``'s first
+    graded name (the built-in spec's ``softmax(x)`` by default)."""
+    check, call = "softmax_rows", "softmax(x)"
+    if assignment is not None and not assignment.builtin and assignment.graded:
+        first = next(iter(assignment.graded.values()))
+        required = [p.name for p in first.call_params if p.required]
+        call = f"{first.name}({', '.join(p.name for p in first.params if p.required)})" if first.is_class else ""
+        call += f"{'' if first.is_class else first.name}({', '.join(required)})"
+        check = "first_check"
+    return schema_line(path, schema) + SKELETON.format(name=Path(path).stem, check=check, call=call)

@@ -39,10 +39,14 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     if missing:
         print(f"no such submission: {', '.join(map(str, missing))}", file=stream)
         return 2
-    problem = nothing_graded(assignment, cases)
+    problem, broken = nothing_graded(assignment, cases)
     if problem:
         print(f"error: {problem}", file=stream)
         return 2
+    if broken:
+        print(f"warning: {len(broken)} check{'s' * (len(broken) != 1)} of the cases cannot be run (case errors, "
+              f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
+              file=stream)
     names = _unique_names(paths)
     options = dict(assignment=assignment, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,23 +75,27 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
 
 
 def nothing_graded(assignment, cases):
-    """Why no submission could score anything against ``assignment`` (its folder or None) with ``cases``: no case
-    file, or no graded check that loads (each names a function the reference does not define...). None where
-    at least one graded check loads."""
+    """(why no submission could score anything against ``assignment`` (its folder or None) with ``cases``, or
+    None; the case errors, as ``location: message``). Nothing to grade: no case file, no graded check that
+    loads (each names a function the reference does not define...), or a setting that names no check."""
     from attention_core.grading.grader import _assignment  # noqa: PLC0415
     from attention_core.harness import runner  # noqa: PLC0415
     chosen = _assignment(assignment, cases)
     items = runner.collect(chosen.cases, chosen)
     graded = [i for i in items if i.error is None and i.check.kind == "call"]
-    if graded:
-        return None
-    if not items:
-        return f"{chosen.cases}: no case files (*.yaml, *.yml): nothing to grade"
     errors = [i for i in items if i.error is not None]
-    first = f"; the first: {errors[0].location}: {errors[0].error.message}" if errors else ""
+    broken = [f"{i.location}: {i.error.message}" for i in errors]
+    settings = chosen.settings_problems(items)
+    if settings:
+        return "\n".join(settings), broken
+    if graded:
+        return None, broken
+    if not items:
+        return f"{chosen.cases}: no case files (*.yaml, *.yml): nothing to grade", broken
+    first = f"; the first: {broken[0]}" if errors else ""
     return (f"{chosen.cases}: no graded check loads ({len(errors)} case error{'s' * (len(errors) != 1)}{first}); "
             f"a graded check's 'call' names a function or class of the assignment "
-            f"({', '.join(chosen.names) or 'none'}); run lint for every problem")
+            f"({', '.join(chosen.names) or 'none'}); run lint for every problem"), broken
 
 
 @dataclass

@@ -209,7 +209,7 @@ class Submission:
 
     def __init__(self, worker, path, entry, budget):
         self.path, self._worker, self.budget, self._spent = path, worker, budget, 0.0
-        self._entry, self._root, self._module, self._package = plan.resolve(path, entry)
+        self._entry, self._root, self._module, self._package = plan.resolve(path, entry, worker.names)
         self._sock = self._out = self._pid = None
         self._closed = False
         self._answered = {}  # a small request's bytes -> the outcome of the call that returned for it

@@ -24,23 +24,26 @@ SAMPLE = 4096  # elements of a large result compared first
 LARGE = 1 << 16  # elements of an argument from which a check's mutants are tried on the first batch entry first
 
 
-def _calls():
-    """Spec function -> the other spec functions the reference core's version of it calls."""
+def calls_of(module, names):
+    """Graded name -> the other graded names its version in ``module`` (a reference) calls or makes."""
     called = {}
-    for name in spec.NAMES:
-        source = inspect.getsource(getattr(reference, name))
-        called[name] = [other for other in spec.NAMES if other != name and re.search(rf"\b{other}\(", source)]
+    for name in names:
+        try:
+            source = inspect.getsource(getattr(module, name))
+        except (OSError, TypeError, AttributeError):
+            source = ""
+        called[name] = [other for other in names if other != name and re.search(rf"\b{other}\(", source)]
     return called
 
 
-CALLS = _calls()
+CALLS = calls_of(reference, spec.NAMES)
 
 
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
 
-    def __init__(self, preparation=None, library=mutants.MUTANTS):
-        self.library = library
+    def __init__(self, preparation=None, library=mutants.MUTANTS, calls=CALLS):
+        self.library, self.calls = library, calls
         self.preparation = preparation or runner.Preparation()
         self._first = _FirstEntry(self.preparation)  # large checks' arguments cut to their first batch entry
         self._results = {}  # (check, mutant, preparation) -> the mutant's named results
@@ -64,7 +67,7 @@ class Diagnoser:
                     weakref.finalize(grade.result, self._found.pop, key, None)
                 found = self._found[key]
                 grade.diagnosis = "\n".join(m.told(grade.item.check.function) for m in found)
-        _name_failing_parts(graded.grades)
+        _name_failing_parts(graded.grades, self.calls)
 
     def candidates(self, item, result):
         """The value mutants whose result on ``item`` matches the student's ``result``."""
@@ -149,7 +152,7 @@ def _ran_wrong(result, function):
     return result.status is Status.IMPLEMENTATION_ERROR and result.message.startswith(f"`{function}`")
 
 
-def _name_failing_parts(grades):
+def _name_failing_parts(grades, calls=CALLS):
     """A failed value check that no mutant explains, of a function whose reference version calls
     spec functions that fail their own checks in this submission: the feedback names them (a
     multi_head_attention built on the student's own wrong attention fails where attention does)."""
@@ -160,7 +163,7 @@ def _name_failing_parts(grades):
     for grade in grades:
         if failing(grade) and not grade.diagnosis:
             function = grade.item.check.function
-            parts = [f"`{name}`" for name in CALLS.get(function, ()) if name in wrong]
+            parts = [f"`{name}`" for name in calls.get(function, ()) if name in wrong]
             if parts:
                 fails, them = ("fails its", "it") if len(parts) == 1 else ("fail their", "them")
                 grade.diagnosis = (f"Likely cause: {' and '.join(parts)}, which the reference `{function}` calls, "

@@ -20,8 +20,8 @@ import torch
 
 from attention_core import assignment as assignments
 from attention_core import instances
-from attention_core.grading import client, notebooks, replies, sandbox, wire
-from attention_core.grading.diagnose import Diagnoser, leading_slice
+from attention_core.grading import client, feedback, notebooks, replies, sandbox, wire
+from attention_core.grading.diagnose import Diagnoser, calls_of, leading_slice
 from attention_core.grading.remote import CALL_TIMEOUT, GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.model import ShapeExpectation
@@ -45,6 +45,7 @@ class Grade:
     visibility: str = "visible"
     source: str = ""  # the document and cell the check comes from
     diagnosis: str = ""
+    call: str = ""  # the call as the student's function sees it (feedback.call_text)
 
 
 @dataclass
@@ -102,10 +103,12 @@ class Grader:
         self.gradient_points = settings.gradient_points if gradient_points is None else gradient_points
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         # The mutant library names mistakes of the built-in spec's functions only.
-        self.diagnoser = Diagnoser(self.preparation) if assignment.builtin else Diagnoser(self.preparation, library=())
+        self.diagnoser = Diagnoser(self.preparation) if assignment.builtin else Diagnoser(
+            self.preparation, library=(), calls=calls_of(assignment.reference, assignment.names))
         self._route = torch_route.FUNCTIONS if assignment.builtin else assignment.functions
         self._worker = None
         self._golden_grads = {}
+        self._call_texts = {}  # check -> the call as the student's function sees it
         self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
         self._reads = {i: _read_results(i.check) for i in self.items if i.error is None}  # the results each reads
         self._differentiable, self._sliced = {}, {}  # per check, for the batch: see their uses
@@ -258,12 +261,23 @@ class Grader:
         else:
             functions.last_grad, functions.keep = None, self._reads[item]
             result = self._value_result(item, functions)
-        grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source)]
+        if result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):  # the case's fault, or ours: no one's to pay
+            return [Grade(item.id, item, result, 0.0, 0.0, visibility, source)]
+        call = self._call_texts.setdefault(item, self._call_text(item))
+        grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source,
+                        call=call)]
         backward = self._backward(item, submission, functions, result) if gradient_points > 0 else None
         if backward is not None:
             score = gradient_points if backward.passed else 0.0
-            grades.append(Grade(backward.check_id, item, backward, score, gradient_points, visibility, source))
+            grades.append(Grade(backward.check_id, item, backward, score, gradient_points, visibility, source,
+                                call=call))
         return grades
+
+    def _call_text(self, item):
+        """The call ``item`` makes, as the student's function sees it (see feedback.call_text); "" where its
+        arguments cannot be made."""
+        call = self._graded_call(item)
+        return "" if call is None else feedback.call_text(self.assignment.graded.get(call[0]), *call)
 
     def _say_next(self, item, functions):
         """Tell the submission the call ``item`` will make (it computes it while this one is judged)."""
@@ -275,8 +289,13 @@ class Grader:
         """Why the call ``item`` checks cannot be asked of anyone (a result too large to check, or
         arguments the reference core itself raises on: a mistake of the case file), once per check
         and batch; None where it runs."""
-        call = None if item.error is not None else self._graded_call(item)
-        return None if call is None else self.preparation.oversized(item, "cpu") or self.preparation.refused(item, "cpu")
+        if item.error is not None:
+            return None
+        try:
+            self.preparation.arguments(item, "cpu")
+        except Exception as err:  # noqa: BLE001 (the case's own mistake: a missing seed, arguments that fail)
+            return f"the arguments of `{item.check.expr.source}` could not be made: {err}"
+        return self.preparation.oversized(item, "cpu") or self.preparation.refused(item, "cpu")
 
     def _graded_call(self, item):
         """(name, args, kwargs) of the call ``item`` checks; None where its arguments cannot be made
@@ -360,7 +379,7 @@ class Grader:
         if outcome.mutated:
             which = ", ".join(_label(label, name, self.assignment) for label in outcome.mutated)
             failures.append(Failure("inputs", item.check.line, compare.Mismatch(
-                "side effect", f"`{name}` changed its input {which} in place: a spec function leaves the caller's "
+                "side effect", f"`{name}` changed its input {which} in place: a graded function leaves the caller's "
                                f"tensors alone (compute into a new tensor: `q = q * scale`, not `q *= scale`)")))
         if outcome.grad_error:
             failures.append(Failure("gradient", item.check.line, compare.Mismatch(

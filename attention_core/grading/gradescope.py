@@ -14,7 +14,7 @@ import html
 import json
 import math
 
-from attention_core.harness.results import render
+from attention_core.grading.feedback import student_report
 from attention_core.harness.text import escape_lines, points
 
 OUTPUT_LIMIT = 8000  # characters of one test's output
@@ -39,7 +39,7 @@ def results_json(graded, drawings=None):
 def _test(grade, drawings=None, budget=None):
     output, output_format = feedback(grade), "text"
     if drawings is not None and not grade.result.passed and budget[0] > 0:
-        pictures = drawings.result(grade.result, limit=min(PICTURE_LIMIT, budget[0]))
+        pictures = drawings.result(grade.result, limit=min(PICTURE_LIMIT, budget[0]), located=False)
         if pictures:
             budget[0] -= len(pictures)
             text = html.escape(output, quote=False)
@@ -58,13 +58,16 @@ def _test(grade, drawings=None, budget=None):
 
 
 def feedback(grade):
-    """What a student reads for one check: status, source, diagnosis, then the staged report."""
+    """What a student reads for one check: status, source, diagnosis, then the staged report as a student
+    reads it (the call as their function saw it; no case-file location: see ``feedback.py``)."""
     if grade.result.passed:
         return f"passed ({grade.source})" if grade.source else "passed"
     lines = [f"{grade.result.status}" + (f" — {grade.source}" if grade.source else "")]
     if grade.diagnosis:
         lines.append(grade.diagnosis)
-    lines.append(render(grade.result))
+    check = getattr(grade.item, "check", None)
+    returns = tuple(getattr(check, "returns", ()) or ())
+    lines.append(student_report(grade.result, getattr(grade, "call", ""), returns, getattr(check, "function", "")))
     text = "\n\n".join(lines)
     if len(text) > OUTPUT_LIMIT:
         text = text[:OUTPUT_LIMIT] + f"\n… ({len(text) - OUTPUT_LIMIT} more characters)"

@@ -8,6 +8,7 @@ editable install's finder), wherever the installation put them. Nothing else: no
 not the output folder, not the other submissions. And the limits a submission runs under.
 """
 
+import ast
 import importlib.metadata
 import importlib.util
 import os
@@ -47,16 +48,21 @@ def with_submission(base, path, scratch):
     return dict(base, submission=os.path.realpath(path), scratch=scratch)
 
 
-def resolve(path, entry):
-    """(entry file, root folder, module name, is a package) for a submission at ``path``."""
+def resolve(path, entry, names=()):
+    """(entry file, root folder, module name, is a package) for a submission at ``path``.
+
+    A folder's entry is its ``__init__.py``, else its only ``.py`` file, else the one file that defines
+    (at its top level) the most of the graded ``names``: read as text, never run."""
     path = path.resolve()
     if path.is_file():
         return path, path.parent, path.stem, False
     if entry is None:
         top = sorted(p.name for p in path.glob("*.py"))
-        entry = "__init__.py" if "__init__.py" in top else top[0] if len(top) == 1 else None
+        entry = "__init__.py" if "__init__.py" in top else top[0] if len(top) == 1 else _defining(path, top, names)
         if entry is None:
-            raise ValueError(f"{path}: say which file is the submission (entry=); it holds {top or 'no .py file'}")
+            raise ValueError(f"{path}: say which file is the submission (entry=); it holds {top or 'no .py file'}, "
+                             f"and no one of them defines more of the graded names ({', '.join(names)}) than the "
+                             f"others")
     file = path / entry
     if entry == "__init__.py":
         return file, path, path.name, True
@@ -109,3 +115,22 @@ def _inside(paths, binds):
 def _under(path, folder):
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
+
+
+DEFINING_LIMIT = 1 << 20  # bytes of a file read to find which one defines the graded names
+
+
+def _defining(folder, files, names):
+    """The one file of ``files`` that defines the most of ``names`` at its top level; None on a tie or none."""
+    counts = {}
+    for name in files:
+        try:
+            with open(folder / name, "rb") as handle:
+                tree = ast.parse(handle.read(DEFINING_LIMIT))
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        counts[name] = len(defined & set(names))
+    best = max(counts.values(), default=0)
+    winners = [n for n, c in counts.items() if c == best]
+    return winners[0] if best > 0 and len(winners) == 1 else None

@@ -84,6 +84,12 @@ def _stub(assignment, graded):
                 f'    raise NotImplementedError("{graded.name}")\n')
     node = ast.parse(textwrap.dedent(inspect.getsource(value))).body[0]
     bases = ", ".join(ast.unparse(b) for b in node.bases) or "nn.Module"
+    layers = _layers(node)
+    if layers:
+        named = ", ".join(f"self.{attr} ({kind})" for attr, kind in layers)
+        note = textwrap.fill(f"Your instance is given the reference's initial parameters by name: make {named} in "
+                             f"__init__, with these names.", 96)
+        doc = _docstring(f"{inspect.getdoc(value) or ''}\n\n{note}".strip(), "    ")
     forward_doc = _docstring(inspect.getdoc(value.forward) if value.forward.__doc__ else None, "        ")
     call = ", ".join(["self", *(p.signature() for p in graded.call_params)])
     own = ", ".join(["self", *(p.signature() for p in graded.params)])
@@ -92,6 +98,23 @@ def _stub(assignment, graded):
             f'        raise NotImplementedError("{graded.name}.__init__")\n\n'
             f"    def forward({call}):\n{forward_doc}"
             f'        raise NotImplementedError("{graded.name}.forward")\n')
+
+
+def _layers(node):
+    """(attribute, what makes it) for each ``self.<attribute> = <Class>(...)`` of a class's ``__init__``: the
+    names the grader matches parameters by (``W_query``, ``nn.Linear``)."""
+    init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    found = []
+    for statement in ast.walk(init) if init is not None else ():
+        if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)):
+            continue
+        made = ast.unparse(statement.value.func)
+        if not made.split(".")[-1][:1].isupper():
+            continue
+        for target in statement.targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                found.append((target.attr, made))
+    return found
 
 
 def _params(params):

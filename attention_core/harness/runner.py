@@ -476,14 +476,23 @@ def _oracles(item):
 
 
 def state_record(state):
-    """A module's state (``state_dict`` names -> tensors) as records an expression reads: ``self.key.weight``."""
-    root = SimpleNamespace()
+    """A module's state (``state_dict`` names -> tensors) as records an expression reads: ``self.key.weight``;
+    the members of an ``nn.ModuleList`` or ``nn.Sequential`` by position, ``self.heads[0].W_key.weight``."""
+    tree = {}
     for name, value in state.items():
-        node, *path, last = [root, *name.split(".")]
+        node, *path, last = [tree, *name.split(".")]
         for part in path:
-            node = vars(node).setdefault(part, SimpleNamespace())
-        setattr(node, last, value)
-    return root
+            node = node.setdefault(part, {})
+        node[last] = value
+    return _record(tree)
+
+
+def _record(node):
+    if not isinstance(node, dict):
+        return node
+    if node and all(key.isdigit() for key in node):  # a list of modules: indexed, in order
+        return tuple(_record(node.get(str(i))) for i in range(max(map(int, node)) + 1))
+    return SimpleNamespace(**{key: _record(value) for key, value in node.items()})
 
 
 def _numerics(item):

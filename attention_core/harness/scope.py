@@ -43,7 +43,7 @@ def settle(case, context):
         if check.id in seen:
             raise Misplaced(("checks", i, "id"), f"check id {quote(check.id)} is used twice in case {quote(case.id)}")
         seen.add(check.id)
-        checks.append(_check(check, ("checks", i), known, source, points, visibility, assignment))
+        checks.append(_check(check, ("checks", i), known, source, points, visibility, assignment, case.seed))
     return case.updated({"source": source, "dtype": dtype, "checks": tuple(checks)})
 
 
@@ -120,9 +120,13 @@ def elements(item):
     return 0
 
 
-def _check(check, at, inputs, case_source, case_points, case_visibility, assignment):
+def _check(check, at, inputs, case_source, case_points, case_visibility, assignment, seed):
     graded = isinstance(check, CallCheck)
     entry = _graded(check, at, assignment) if graded else None
+    if entry is not None and entry.is_class and seed is None and check.state is None:
+        raise Misplaced((*at, "call"), f"`{shorten(check.call.source, 60)}` makes a {check.function} from the case's "
+                                       f"seeded stream, as a notebook's torch.manual_seed then {check.function}(...) "
+                                       f"does: give the case a 'seed'")
     returns = check.returns or (entry.returns if graded else ("out",))
     if len(set(returns)) != len(returns):
         raise Misplaced((*at, "returns"), f"'returns' names a result twice: {', '.join(returns)}")

@@ -153,8 +153,9 @@ class Drawings:
             self._drawn[key] = (failure, draw(failure, computed))
         return self._drawn[key][1]
 
-    def result(self, result, *, limit=None):
-        """The first MAX_TARGETS drawable failures of ``result``, each under its target's name.
+    def result(self, result, *, limit=None, located=True):
+        """The first MAX_TARGETS drawable failures of ``result``, each under its target's name (and, where
+        ``located``, its line in the case file: the teacher's report, not a student's feedback).
 
         At most ``limit`` characters: a drawing that would pass it is left out, and a note says so.
         """
@@ -178,8 +179,9 @@ class Drawings:
             if not drawn:
                 continue
             drawable += 1
-            piece = (f'<div style="font:bold 12px sans-serif;margin-top:8px">{html.escape(failure.target)} '
-                     f"(line {failure.line})</div>{drawn}")
+            where = f" (line {failure.line})" if located else ""
+            piece = (f'<div style="font:bold 12px sans-serif;margin-top:8px">{html.escape(failure.target)}'
+                     f"{where}</div>{drawn}")
             if limit is not None and size + len(piece) > limit:
                 left_out += 1
                 continue

@@ -1,0 +1,85 @@
+"""What a student reads of a check: the call as their function saw it, and what was wrong, in their words.
+
+A student never sees the case files, so the feedback names no case-file path or line, and no variable of
+a case: the call is shown with the parameter names of the function the student wrote, each tensor
+argument by dtype and shape (in full where it is small), and each expectation by what the function
+returned. The teacher's report (``report.html``, the terminal) keeps the file:line of every check.
+"""
+
+import torch
+
+from attention_core import instances
+from attention_core.harness.results import MAX_FAILURES, Status
+from attention_core.harness.text import escape_lines, shorten
+
+SHOWN_ELEMENTS = 24  # a tensor argument this small is printed in full
+
+
+def call_text(graded, name, args, kwargs):
+    """``attention(q, k, v, scale=1) with q: float32 (4, 5) = tensor(...), ...`` for a call of ``graded``
+    (an assignment's entry; None: positions are numbered)."""
+    args = list(args)
+    made, after = name, ""
+    if args and instances.is_record(args[0]):
+        record = args.pop(0)[instances.INSTANCE]
+        shown = [_value(a) for a in record["args"]] + [f"{k}={_value(v)}" for k, v in record["kwargs"].items()]
+        made = f"{name}({', '.join(shown)})"
+        after = f", the instance made in {record['mode']} mode with its parameters set to the reference's initial ones"
+    params = [p.name for p in graded.call_params] if graded is not None else []
+    names = [params[i] if i < len(params) else f"argument {i + 1}" for i in range(len(args))]
+    signature = ", ".join([*names, *(f"{k}={_value(v) if not isinstance(v, torch.Tensor) else k}"
+                                     for k, v in kwargs.items())])
+    lines = [f"{made}({signature}){after}"]
+    for label, value in [*zip(names, args), *kwargs.items()]:
+        if isinstance(value, torch.Tensor):
+            lines.append(f"  {label}: {_tensor(value)}")
+    return "\n".join(lines)
+
+
+def student_report(result, call="", returns=(), function=""):
+    """The report of ``result`` as a student reads it: no case-file location, expectations named by what
+    the function returned."""
+    if result.passed:
+        return "passed"
+    if not result.header:
+        return "not graded: a case of this assignment could not be read (your teacher has been told)"
+    if result.status is Status.CASE_ERROR:
+        return ("not graded: this check cannot be run on anyone's code (a mistake of the assignment's case, "
+                "worth no points)")
+    body = [f"{result.status}: {result.message}"] if result.message else []
+    for failure in result.failures[:MAX_FAILURES]:
+        body.append(f"{_target(failure.target, returns, function)}: {failure.mismatch.message}")
+    if len(result.failures) > MAX_FAILURES:
+        body.append(f"… and {len(result.failures) - MAX_FAILURES} more expectations not met")
+    if result.details and result.status is not Status.HARNESS_ERROR:
+        body.append(result.details.rstrip("\n"))
+    what = "backward pass of the call" if result.check_id.endswith("/backward") else "call"
+    head = f"The {what}: {call}" if call else ""
+    return escape_lines("\n\n".join(filter(None, [head, *body])))
+
+
+def _target(target, returns, function):
+    returned = f"what your `{function}` returns" if function else "what your code returns"
+    if target in returns:
+        place = f" (result {returns.index(target) + 1} of {len(returns)})" if len(returns) > 1 else ""
+        return f"`{target}`, {returned}{place}"
+    if target.startswith("d/d"):
+        return f"the gradient {target}"
+    if target in ("inputs", "gradient"):
+        return f"the {target}"
+    names = ", ".join(f"`{r}`" for r in returns)
+    return f"`{shorten(target, 80)}`, computed from {returned} ({names})"
+
+
+def _value(value):
+    if isinstance(value, torch.Tensor):
+        return _tensor(value)
+    return shorten(repr(value), 60)
+
+
+def _tensor(t):
+    head = f"{str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}"
+    if t.numel() <= SHOWN_ELEMENTS:
+        text = " ".join(str(t.detach().cpu()).split())
+        return f"{head} = {text}"
+    return head
