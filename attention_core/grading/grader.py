@@ -27,6 +27,7 @@ from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.model import ShapeExpectation
 from attention_core.harness.results import CallFailed, Failure, Result, Status
 from attention_core.harness.text import escape
+from attention_core.harness.text import points as points_text
 
 BUDGET = assignments.Settings().budget  # seconds a submission may spend in all
 GRADIENT_POINTS = assignments.Settings().gradient_points  # points of each backward check (0: no backward checks)
@@ -46,6 +47,7 @@ class Grade:
     source: str = ""  # the document and cell the check comes from
     diagnosis: str = ""
     call: str = ""  # the call as the student's function sees it (feedback.call_text)
+    charged: str = ""  # what else this check's score stands for (its gradients, not checked: one charge)
 
 
 @dataclass
@@ -264,14 +266,49 @@ class Grader:
         if result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):  # the case's fault, or ours: no one's to pay
             return [Grade(item.id, item, result, 0.0, 0.0, visibility, source)]
         call = self._call_texts.setdefault(item, self._call_text(item))
-        grades = [Grade(item.id, item, result, points if result.passed else 0.0, points, visibility, source,
-                        call=call)]
-        backward = self._backward(item, submission, functions, result) if gradient_points > 0 else None
-        if backward is not None:
-            score = gradient_points if backward.passed else 0.0
-            grades.append(Grade(backward.check_id, item, backward, score, gradient_points, visibility, source,
-                                call=call))
-        return grades
+        value = Grade(item.id, item, result, self._value_score(item, result, points), points, visibility, source,
+                      call=call)
+        if gradient_points <= 0 or not self._has_backward(item):
+            return [value]
+        if not result.passed:  # one charge per mistake: its gradients are not checked, and charged with it
+            value.max_score += gradient_points
+            value.charged = (f"Its gradients were not checked: the values are wrong. This check stands for its "
+                             f"backward check's {points_text(gradient_points)} point{'s' * (gradient_points != 1)} too: one "
+                             f"mistake, charged once.")
+            return [value]
+        backward = self._backward(item, submission, functions, result)
+        if backward is None:
+            return [value]
+        score = gradient_points if backward.passed else 0.0
+        return [value, Grade(backward.check_id, item, backward, score, gradient_points, visibility, source,
+                             call=call)]
+
+    def _value_score(self, item, result, points):
+        """The points a value check earns: all of them where it passed; where only some of the results its
+        expectations read are wrong (or missing), their share of the points for each result that is right;
+        else none."""
+        if result.passed:
+            return points
+        read = [item.check.returns[i] for i in self._reads[item]]
+        if result.status is not Status.FAILED or not read:
+            return 0.0
+        targets = {e.target: e for e in item.check.expectations}
+        wrong = set()
+        for failure in result.failures:
+            expectation = targets.get(failure.target)
+            named = {failure.target, *expectation.expr.names} if expectation is not None else \
+                set(failure.target.split(", "))
+            wrong |= named & set(read)
+        return points * (len(read) - len(wrong)) / len(read)
+
+    def _has_backward(self, item):
+        """Whether ``item`` has a backward check (floating inputs small enough, a floating output), per batch."""
+        if item not in self._sliced:
+            self._sliced[item] = self._backward_call(item)
+        if self._sliced[item] is None:
+            return False
+        name, args, kwargs, _ = self._sliced[item]
+        return self._golden(item, name, args, kwargs) is not None
 
     def _call_text(self, item):
         """The call ``item`` makes, as the student's function sees it (see feedback.call_text); "" where its

@@ -65,6 +65,8 @@ def feedback(grade):
     lines = [f"{grade.result.status}" + (f" — {grade.source}" if grade.source else "")]
     if grade.diagnosis:
         lines.append(grade.diagnosis)
+    if getattr(grade, "charged", ""):
+        lines.append(grade.charged)
     check = getattr(grade.item, "check", None)
     returns = tuple(getattr(check, "returns", ()) or ())
     lines.append(student_report(grade.result, getattr(grade, "call", ""), returns, getattr(check, "function", "")))

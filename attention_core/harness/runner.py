@@ -285,8 +285,9 @@ def _graded_call(check, case, scope, functions, device, failures, arguments, ref
     except _WrongResult as wrong:
         if not isinstance(check, CallCheck):  # the document's own arithmetic: the case file is wrong
             raise _Stop(Status.CASE_ERROR, str(wrong)) from None
-        failures.append(Failure(", ".join(check.returns), check.line, compare.Mismatch(wrong.stage, str(wrong))))
-        return {}
+        failures.append(Failure(", ".join(wrong.missing or check.returns), check.line,
+                                compare.Mismatch(wrong.stage, str(wrong))))
+        return wrong.partial
     return result
 
 
@@ -299,11 +300,12 @@ def _dtype_name(dtype):
 
 
 class _WrongResult(Exception):
-    """The implementation returned the wrong structure or dtype."""
+    """The implementation returned the wrong structure or dtype. ``partial``: the results it did return,
+    by name, where only the later ones are missing (``missing`` names them)."""
 
-    def __init__(self, stage, message):
+    def __init__(self, stage, message, partial=None, missing=()):
         super().__init__(message)
-        self.stage = stage
+        self.stage, self.partial, self.missing = stage, partial or {}, tuple(missing)
 
 
 def _call(check, expression, scope, functions, device, case, arguments=None, reference=None, dtype=None):
@@ -337,8 +339,14 @@ def _call(check, expression, scope, functions, device, case, arguments=None, ref
         return {check.returns[0]: result}
     if not isinstance(result, (tuple, list)) or len(result) != len(check.returns):
         got = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else type(result).__name__
+        given = list(result) if isinstance(result, (tuple, list)) else [result]
+        partial = {}
+        if 0 < len(given) < len(check.returns) and all(isinstance(v, torch.Tensor) for v in given):
+            partial = dict(zip(check.returns, given))  # the first results came back: each is judged on its own
+        missing = [n for n in check.returns if n not in partial] if partial else []
+        what = f"; missing: {', '.join(missing)}" if missing else ""
         raise _WrongResult("type", f"`{expression.source}` must return {len(check.returns)} values "
-                                   f"({', '.join(check.returns)}), got {got}")
+                                   f"({', '.join(check.returns)}), got {got}{what}", partial, missing)
     return dict(zip(check.returns, result))
 
 
