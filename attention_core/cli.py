@@ -7,6 +7,8 @@ document. ``template`` prints the hand-out for students; ``grade`` grades their 
 """
 
 import argparse
+import difflib
+import os
 import sys
 from pathlib import Path
 
@@ -19,11 +21,26 @@ from attention_core.harness.text import escape
 from attention_core.report import html as report
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line that says what to do: a misspelt option gets the
+    nearest one the command has, and the usage is left to ``--help``."""
+
+    def error(self, message):
+        hint = ""
+        unknown = [a for a in message.removeprefix("unrecognized arguments:").split() if a.startswith("-")]
+        if message.startswith("unrecognized arguments:") and unknown:
+            known = [o for action in self._actions for o in action.option_strings]
+            for sub in self._subparsers._group_actions if self._subparsers else ():
+                known += [o for p in getattr(sub, "choices", {}).values() for a in p._actions for o in a.option_strings]
+            close = difflib.get_close_matches(unknown[0].split("=")[0], sorted(set(known)), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint} ({self.prog} --help lists what it takes)\n")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m attention_core",
-                                     description="Golden-value harness for attention mechanisms.")
+    parser = Parser(prog="python -m attention_core", description="Golden-value harness for attention mechanisms.")
     # The options may stand before or after the command; a subcommand's copy only sets what it is given.
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common = Parser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument("--cases", type=Path, help="folder of case files (default: the project's cases/)")
     parser.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
     assignment_help = ("an assignment's folder: reference.py, cases/ and an optional assignment.yaml "
@@ -53,9 +70,10 @@ def main(argv=None):
     kit.add_argument("kit", type=Path, metavar="KIT", help="the folder to write (it must not exist)")
     bundle = commands.add_parser("gradescope-bundle", parents=[common],
                                  help="write the zip a Gradescope autograder is built from")
-    bundle.add_argument("zip", type=Path, metavar="OUT.zip")
+    bundle.add_argument("zip", type=Path, metavar="OUT.zip", help="the zip to write")
     grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
-    grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
+    grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION",
+                       help="a student's .py file, .ipynb notebook, or folder (one or many)")
     grade.add_argument("--out", type=Path, required=True, metavar="DIR",
                        help="write DIR/<name>/results.json (Gradescope's format) and DIR/gradebook.csv")
     grade.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
@@ -113,6 +131,11 @@ def chosen_assignment(args):
     return dataclasses.replace(chosen, cases=cases) if cases is not None else chosen
 
 
+def _writable_folder(folder):
+    """Whether ``folder`` exists, is a folder, and this user may create files in it."""
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+
+
 README_START, README_END = "<!-- corpus table: python -m attention_core inventory -->", "<!-- end of corpus table -->"
 
 
@@ -143,6 +166,10 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
     0 when every check passed, 1 when any failed or could not run, 2 on a harness error (a bug here).
     """
     out = out or sys.stdout
+    if html is not None and not _writable_folder(Path(html).parent):
+        print(f"error: --html {html}: {Path(html).parent} is not a folder this user can write to; give a "
+              f"report path in one", file=sys.stderr)
+        return 2
     items = runner.collect(folder, assignment)
     if not items:
         print(f"no case files in {folder}", file=out)
@@ -170,7 +197,7 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
         print(line, file=out)
     if errata:
         print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
-              f"(checked that way; -v gives the notes):", file=out)
+              f"(checked that way{'' if verbose else '; -v gives the notes'}):", file=out)
         for item in errata:
             note = f": {escape(item.check.erratum.note)}" if verbose else ""
             print(f"  {escape(item.id)} ({item.location}){note}", file=out)

@@ -390,7 +390,7 @@ def test_builtins(source, expected):
 def test_builtin_list():
     assert set(BUILTINS) == {
         "tril", "triu", "ones", "zeros", "full", "eye", "arange", "tensor", "masked_fill",
-        "bmm", "matmul", "exp", "log", "sqrt", "abs", "softmax", "stack", "cat", "where",
+        "bmm", "matmul", "exp", "log", "sqrt", "abs", "sin", "cos", "softmax", "stack", "cat", "where",
         "maximum", "minimum", "float", "int", "scaled_dot_product_attention", "torch_layer_norm",
     }
     assert set(CONSTANTS) == {

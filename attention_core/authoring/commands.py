@@ -19,12 +19,12 @@ def add_authoring_commands(commands, common):
                       help="case files or folders (default: the case folder)")
     imported = commands.add_parser("import", parents=[common], help="write a draft case file from a notebook's printed tensors "
                                                   "(.ipynb, or exported as text); nothing is executed")
-    imported.add_argument("notebook", type=Path, metavar="NOTEBOOK")
+    imported.add_argument("notebook", type=Path, metavar="NOTEBOOK", help="the notebook (.ipynb, or exported as text)")
     imported.add_argument("--out", type=Path, required=True, metavar="FILE", help="the draft case file to write")
     imported.add_argument("--force", action="store_true", help="replace FILE if it exists")
     recorded = commands.add_parser("record", parents=[common], help="fill the expectations a case file leaves empty, by torch's own "
                                                   "functions in float64, marked 'recorded' until reviewed")
-    recorded.add_argument("file", type=Path, metavar="FILE")
+    recorded.add_argument("file", type=Path, metavar="FILE", help="the case file whose empty expectations to fill")
     recorded.add_argument("--case", default=None, metavar="ID", help="only this case")
     new = commands.add_parser("new", parents=[common], help="write a commented skeleton to cases/NAME.yaml")
     new.add_argument("name", metavar="NAME", help="the file's name, without .yaml (letters, digits, _ and -)")
@@ -92,7 +92,7 @@ def new_command(args, out=None):
     folder = Path(_chosen(args).cases)
     path = folder / f"{args.name}.yaml"
     refused = (f"{args.name!r}: a case file's name is letters, digits, '_' and '-'" if not ID.match(args.name)
-               else _refused(path, False))
+               else _refused(path, False, "choose another name, or edit that file"))
     if refused:
         print(refused, file=sys.stderr)
         return 2
@@ -117,9 +117,9 @@ def _count(n, what):
     return f"{n} {what}{'s' * (n != 1)}"
 
 
-def _refused(path, force):
+def _refused(path, force, replace_with="give --force to replace it"):
     if path.exists() and not force:
-        return f"{path} exists: give --force to replace it"
+        return f"{path} exists: {replace_with}"
     if not path.parent.is_dir():
         return f"{path.parent}: no such folder"
     return None

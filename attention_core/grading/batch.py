@@ -39,6 +39,15 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     if missing:
         print(f"no such submission: {', '.join(map(str, missing))}", file=stream)
         return 2
+    try:  # the output folder first: nothing is graded that could not be written
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        print(f"error: --out {out}: cannot write there ({err.strerror or err}); give a folder this user can "
+              f"write to", file=stream)
+        return 2
     problem, broken = nothing_graded(assignment, cases)
     if problem:
         print(f"error: {problem}", file=stream)

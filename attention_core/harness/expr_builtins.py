@@ -151,6 +151,16 @@ def exp(x):
     return torch.exp(x) if isinstance(x, Tensor) else math.exp(x)
 
 
+def sin(x):
+    """``torch.sin`` for tensors, ``math.sin`` for numbers (sinusoidal positional encodings)."""
+    return torch.sin(x) if isinstance(x, Tensor) else math.sin(x)
+
+
+def cos(x):
+    """``torch.cos`` for tensors, ``math.cos`` for numbers."""
+    return torch.cos(x) if isinstance(x, Tensor) else math.cos(x)
+
+
 def log(x):
     """``torch.log`` for tensors, ``math.log`` for numbers."""
     return torch.log(x) if isinstance(x, Tensor) else math.log(x)
@@ -217,7 +227,7 @@ BUILTINS: Mapping[str, Callable] = types.MappingProxyType({
     "tril": torch.tril, "triu": torch.triu,
     "ones": ones, "zeros": zeros, "full": full, "eye": eye, "arange": arange, "tensor": tensor,
     "masked_fill": torch.masked_fill, "bmm": torch.bmm, "matmul": matmul,
-    "exp": exp, "log": log, "sqrt": sqrt, "abs": abs_, "softmax": softmax,
+    "exp": exp, "log": log, "sqrt": sqrt, "abs": abs_, "sin": sin, "cos": cos, "softmax": softmax,
     "scaled_dot_product_attention": scaled_dot_product_attention, "torch_layer_norm": torch_layer_norm,
     "stack": torch.stack, "cat": torch.cat, "where": where,
     "maximum": maximum, "minimum": minimum, "float": float, "int": int,

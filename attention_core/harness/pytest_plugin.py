@@ -12,6 +12,7 @@ imports it into ``tests/test_cases.py``; where no collected module holds it (a c
 repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itself.
 """
 
+import os
 import tempfile
 from fnmatch import fnmatch
 from pathlib import Path
@@ -51,6 +52,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "case: a check of a case file (cases/*.yaml) on one device")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)  # a worker per core already: torch's own pool would only oversubscribe them
     if config.getoption("--assignment") is not None:
         try:
             _assignment(config)

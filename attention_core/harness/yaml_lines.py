@@ -368,6 +368,11 @@ def _parse(text):
         where = (f" opened at line {opened.line + 1}, column {opened.column + 1},"
                  if err.context and opened is not None and opened.line != mark.line else "")
         problem = " ".join(p for p in (err.context and err.context + where, err.problem) if p)
+        if err.problem == "found character that cannot start any token" and mark is not None:
+            # libyaml leaves the character out of its message; Python's reader names it: say which
+            found = text[mark.index] if mark.index < len(text) else ""
+            tab = " (a tab: YAML indents with spaces)" if found == "\t" else ""
+            problem = problem.replace("found character", f"found character {found!r}{tab}")
         raise CaseError(None, mark.line + 1 if mark else 1, f"YAML syntax error: {escape(problem)}",
                         column=mark.column + 1 if mark else None) from None
     except yaml.reader.ReaderError as err:  # a character YAML does not allow, at its position in the text

@@ -1,0 +1,61 @@
+"""A command-line mistake is one line that says what to do, said before any work starts."""
+
+import subprocess
+import sys
+import time
+
+import torch
+
+from attention_core.harness import expr, yaml_lines
+from attention_core.harness.cases import CaseError
+
+
+def cli(*args, cwd=None):
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "attention_core", *map(str, args)], capture_output=True, text=True,
+                         cwd=cwd, timeout=120)
+    return run, time.monotonic() - start
+
+
+def _one_line(run):
+    lines = run.stderr.strip().splitlines()
+    return len(lines) == 1 and "Traceback" not in run.stderr and lines[0].startswith(("error:", "python -m"))
+
+
+def test_an_html_report_into_a_missing_folder_is_refused_before_any_check_runs(tmp_path):
+    run, seconds = cli("--html", tmp_path / "nowhere" / "r.html")
+    assert run.returncode == 2 and _one_line(run) and "is not a folder this user can write to" in run.stderr
+    assert seconds < 10 and "passed" not in run.stdout
+
+
+def test_grading_into_a_place_that_cannot_be_written_is_refused_at_once(tmp_path):
+    (tmp_path / "s.py").write_text("def softmax(x, dim=-1):\n    return x\n")
+    run, seconds = cli("grade", tmp_path / "s.py", "--out", "/proc/nope")
+    assert run.returncode == 2 and _one_line(run) and "--out /proc/nope: cannot write there" in run.stderr
+    assert seconds < 10
+
+
+def test_a_misspelt_option_gets_the_nearest_one(tmp_path):
+    run, _ = cli("grade", "x.py", "--out", tmp_path, "--jobz", "2")
+    assert run.returncode == 2 and _one_line(run) and "did you mean --jobs?" in run.stderr
+
+
+def test_new_on_an_existing_file_suggests_nothing_the_command_lacks(tmp_path):
+    (tmp_path / "x.yaml").write_text("")
+    run, _ = cli("new", "--cases", tmp_path, "x")
+    assert run.returncode == 2 and "--force" not in run.stderr and "choose another name" in run.stderr
+
+
+def test_sin_and_cos_make_positional_encodings():
+    pe = expr.parse("sin(arange(4) * 1.0)").evaluate({}, dtype=torch.float64)
+    assert torch.equal(pe, torch.sin(torch.arange(4) * 1.0))
+    assert expr.parse("cos(0.0)").evaluate({}) == 1.0
+
+
+def test_a_tab_in_a_case_file_is_named_in_the_message():
+    try:
+        yaml_lines.parse("cases:\n\t- id: x\n")
+    except CaseError as err:
+        assert "found character '\\t' (a tab: YAML indents with spaces)" in err.message and err.line == 2
+    else:
+        raise AssertionError("a tab must not load")
