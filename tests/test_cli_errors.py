@@ -59,3 +59,19 @@ def test_a_tab_in_a_case_file_is_named_in_the_message():
         assert "found character '\\t' (a tab: YAML indents with spaces)" in err.message and err.line == 2
     else:
         raise AssertionError("a tab must not load")
+
+
+def test_a_seeded_case_the_reference_fails_says_what_its_seed_draws_first(tmp_path):
+    from attention_core.harness import runner  # noqa: PLC0415
+    (tmp_path / "s.yaml").write_text(
+        "document: {title: T}\ncases:\n  - id: c\n    seed: 41\n    inputs: {x: {randn: [4, 8, 2]}}\n"
+        "    checks:\n      - id: k\n        expr: x[0, 0]\n        expect: {out: \"tensor([1.9269, 1.4873])\"}\n")
+    (item,) = runner.collect(tmp_path)
+    result = runner.run(item)
+    assert result.status.value == "failed"
+    first = torch.Generator().manual_seed(41)
+    begins = ", ".join(f"{v:.4f}" for v in torch.randn(4, 8, 2, generator=first).reshape(-1)[:3].tolist())
+    assert f"the case draws from seed 41: its first draw, x, begins [{begins}, ...]" in result.message
+    (tmp_path / "s.yaml").write_text((tmp_path / "s.yaml").read_text().replace("seed: 41", "seed: 42"))
+    (item,) = runner.collect(tmp_path)
+    assert runner.run(item).passed  # the document's own seed: the README's seed-42 value

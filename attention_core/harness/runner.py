@@ -25,7 +25,7 @@ from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import Budget, ExprError
 from attention_core.harness.fields import MAX_CASE_ELEMENTS
 from attention_core.harness.inputs import has_rounded_inputs, materialise
-from attention_core.harness.model import (CallCheck, OracleExpectation, PrintedExpectation, ShapeExpectation,
+from attention_core.harness.model import (CallCheck, DrawInput, OracleExpectation, PrintedExpectation, ShapeExpectation,
                                           ValuesExpectation, waiting)
 from attention_core.harness.refusals import REFERENCE, copied, reference_refuses, too_large  # noqa: F401
 from attention_core.harness.results import CallFailed, Failure, Result, Status
@@ -267,7 +267,20 @@ def _run(item, functions, device, header, preparation, judge, reference):
         if stale:  # the erratum note is the case file's: its problem is a case error
             raise _Stop(Status.CASE_ERROR, stale.render())
     status = Status.FAILED if failures else Status.PASSED
-    return Result(status, item.id, item.location, header, tuple(failures), outputs=values)
+    hint = _seed_hint(case, scope) if failures and judge is True and functions is reference else ""
+    return Result(status, item.id, item.location, header, tuple(failures), message=hint, outputs=values)
+
+
+def _seed_hint(case, scope):
+    """For a seeded case that the reference fails: what its first draw is, so that an author can tell a
+    wrong seed (or draw order) from a wrong computation."""
+    first = next((name for name, i in case.inputs.items() if isinstance(i, DrawInput)), None)
+    value = scope.get(first) if first is not None else None
+    if case.seed is None or not isinstance(value, torch.Tensor) or not value.numel():
+        return ""
+    shown = ", ".join(f"{v:.4f}" for v in value.reshape(-1)[:3].tolist())
+    return (f"the case draws from seed {case.seed}: its first draw, {first}, begins [{shown}, ...]; if the "
+            f"document printed other numbers there, its seed or its order of draws differs from the case's")
 
 
 def _prepared_arguments(item, device, preparation):
