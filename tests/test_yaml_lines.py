@@ -55,7 +55,7 @@ def test_what_yaml_refuses_is_a_case_error_at_its_line(text, where, words):
 
 
 def test_a_plain_numbers_text_is_read_again_wherever_it_stands():
-    assert yaml_lines.parse("a: 017\nb: '017'\nc: 017\n") == {"a": 15, "b": "017", "c": 15}  # YAML 1.1 octal
+    assert yaml_lines.parse("a: 017\nb: '017'\nc: 017\n") == {"a": 17, "b": "017", "c": 17}  # YAML 1.2: decimal
     with pytest.raises(CaseError, match="cannot read '0x_' as !!int"):
         yaml_lines.parse("a: 1\nb: 0x_\n")
 
@@ -69,3 +69,15 @@ def test_a_character_yaml_does_not_allow_is_named_escaped_at_its_line_and_column
         yaml_lines.parse(text)
     assert (err.value.line, err.value.column) == (line, column)
     assert err.value.message == f"the character {shown} is not allowed in YAML: remove it"
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1:30", "1:30"), ("010", 10), ("yes", "yes"), ("on", "on"), ("1e-7", 1e-7), ("0o17", 15), ("0x1F", 31),
+    ("2024-02-30", "2024-02-30"), ("1_000", "1_000"), ("True", True), ("~", None), ("-.5", -0.5), (".NaN", "nan"),
+])
+def test_scalars_are_read_with_yaml_1_2_meanings(text, value):
+    read = yaml_lines.parse(f"a: {text}\n")["a"]
+    if value == "nan":
+        assert read != read
+    else:
+        assert read == value and type(read) is type(value)

@@ -269,17 +269,28 @@ def _unknown_tag(loader, node):
                                                     f"YAML, without tags", column=node.start_mark.column + 1)
 
 
-# YAML 1.1 reads 1e-7 (no dot) as text; a case file means a number.
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-# A date stays text (a note saying 2024-02-30 is not an error); only numbers, booleans and null are read.
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
-}
+# YAML 1.2's core schema, not PyYAML's YAML 1.1 one: `1:30` and `yes` are text, `010` is ten, `1e-7` is a
+# number, a date is text. Only numbers, booleans and null are read; everything else is text.
+_Loader.yaml_implicit_resolvers = {}
+for _tag, _pattern, _first in (
+        ("merge", r"^(?:<<)$", "<"),  # YAML 1.1's merge key stays: case files share inputs with it
+        ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+        ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+        ("int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+        ("float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+                  r"|\.(?:nan|NaN|NAN))$", "-+0123456789.")):
+    _Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(_pattern), list(_first))
+
+
+def _int(loader, node):
+    """A YAML 1.2 integer: decimal (a leading 0 is not octal), ``0o`` octal or ``0x`` hexadecimal."""
+    text = loader.construct_scalar(node)
+    sign, body = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
+    base = 8 if body[:2] == "0o" else 16 if body[:2] == "0x" else 10
+    return sign * int(body[2:] if base != 10 else body, base)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _int)
 _Loader.add_constructor(None, _unknown_tag)
 
 
