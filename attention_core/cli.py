@@ -97,6 +97,11 @@ def main(argv=None):
         from attention_core.grading.template import assignment_template  # noqa: PLC0415 (loads only when asked)
         print(assignment_template(chosen, fmt=args.format), end="")
         return 0
+    if args.command in ("student-kit", "gradescope-bundle"):  # what the students get: the settings as meant
+        problems = chosen.settings_problems(runner.collect(chosen.cases, chosen))
+        if problems:
+            print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
+            return 2
     if args.command == "student-kit":
         from attention_core.kit import write_kit  # noqa: PLC0415
         return write_kit(chosen, args.kit)

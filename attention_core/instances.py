@@ -90,9 +90,9 @@ def load_state(instance, state, name, buffers=()):
         shapes = [k for k in state if k in own and tuple(own[k].shape) != tuple(state[k].shape)]
         parts = []
         if missing:
-            parts.append(f"your {name} has no {_listed(missing[:4])}")
+            parts.append(f"your {name} has no {_listed(missing)}")
         if extra:
-            parts.append(f"it has {_listed(extra[:4], own)} that the reference does not")
+            parts.append(f"it has {_listed(extra, own)} that the reference does not")
         if shapes:
             parts.append("; ".join(f"your `{k}` is {tuple(own[k].shape)} where the reference's is "
                                    f"{tuple(state[k].shape)}" for k in shapes[:4]))
@@ -105,8 +105,9 @@ def load_state(instance, state, name, buffers=()):
             own[key].copy_(value)
 
 
-def _listed(keys, own=None):
-    return ", ".join(f"`{k}`" + (f" {tuple(own[k].shape)}" if own is not None else "") for k in keys)
+def _listed(keys, own=None, most=4):
+    shown = ", ".join(f"`{k}`" + (f" {tuple(own[k].shape)}" if own is not None else "") for k in keys[:most])
+    return shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
 
 
 def _placed(instance, dtype, device, mode):

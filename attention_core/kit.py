@@ -219,4 +219,6 @@ def _readme(assignment, kept, left):
             f"Implement {names} in one file (start from `template.py`, or `template.ipynb`), then check it "
             f"against the visible worked examples:\n\n"
             f"```sh\npytest --assignment . --impl my_solution.py\n```\n\n"
-            f"Each failing check says what was expected and what your code returned.\n{missing}")
+            f"Each failing check says what was expected and what your code returned. This checks values only: "
+            f"when your teacher grades, each call's gradients are checked too (no `.detach()`, no change to "
+            f"the tensors you are given).\n{missing}")

@@ -453,3 +453,27 @@ def test_a_kit_of_cases_that_do_not_load_is_refused_and_leaves_no_folder(tmp_pat
     run = cli("student-kit", "--assignment", folder, tmp_path / "kit")
     assert run.returncode == 2 and "has no 'seed'" in run.stderr and "Traceback" not in run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
+@pytest.mark.grading
+def test_a_script_that_ends_in_exit_is_graded_and_one_that_does_not_import_is_told_so(tmp_path):
+    correct = (HEAD / "submissions" / "correct.py").read_text()
+    (tmp_path / "exits.py").write_text(correct + "\nexit()\n")
+    (tmp_path / "raises.py").write_text("raise RuntimeError('not done yet')\n" + correct)
+    run = cli("grade", "--assignment", HEAD, tmp_path / "exits.py", tmp_path / "raises.py", "--out", tmp_path / "o")
+    assert _scores(run) == {"exits": "6", "raises": "0"}, run.stdout + run.stderr[-1500:]
+    results = json.loads((tmp_path / "o" / "raises" / "results.json").read_text())
+    assert results["output"].startswith("0 of 6 points.") and "RuntimeError: not done yet" in results["output"]
+    for test in results["tests"]:
+        assert "could not be read" not in test["output"] and "the values are wrong" not in test["output"]
+        assert "Its gradients were not checked: the call returned no values" in test["output"]
+
+
+def test_the_kit_and_the_bundle_refuse_a_setting_that_names_no_check(tmp_path):
+    folder = _masked_assignment(tmp_path / "a")
+    (folder / "assignment.yaml").write_text("checks:\n  m/c/kk: {visibility: hidden}\n")
+    for command in (("student-kit", "--assignment", folder, tmp_path / "kit"),
+                    ("gradescope-bundle", "--assignment", folder, tmp_path / "a.zip")):
+        run = cli(*command)
+        assert run.returncode == 2 and "'m/c/kk' names no file, case or check" in run.stderr, command
+    assert not (tmp_path / "kit").exists() and not (tmp_path / "a.zip").exists()

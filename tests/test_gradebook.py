@@ -52,3 +52,9 @@ def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_pa
         assert run.returncode == 0, run.stderr[-2000:]
     rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
     assert rows == {"correct": ["6", "6"], "unscaled": ["2", "6"]}
+
+
+def test_rows_of_different_maximums_are_reported(tmp_path):
+    book = tmp_path / "gradebook.csv"
+    assert write_gradebook([_graded("alice", a=1.0)], book) == {"2"}
+    assert write_gradebook([_graded("bob", a=1.0, b=1.0)], book) == {"2", "4"}

@@ -53,7 +53,7 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
         print(f"error: {problem}", file=stream)
         return 2
     if broken:
-        print(f"warning: {len(broken)} check{'s' * (len(broken) != 1)} of the cases cannot be run (case errors, "
+        print(f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
               f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
               file=stream)
     names = _unique_names(paths)
@@ -72,7 +72,11 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
                         bar.update()
                 finally:
                     gc.unfreeze()
-    gradescope.write_gradebook(scores, out / "gradebook.csv")
+    maximums = gradescope.write_gradebook(scores, out / "gradebook.csv")
+    if len(maximums) > 1:
+        print(f"warning: the rows of {out / 'gradebook.csv'} have different maximums "
+              f"({', '.join(map(str, sorted(maximums)))}): the assignment changed since some were graded; grade "
+              f"those again", file=stream)
     width = max(len(n) for n in names)
     for one in scores:
         print(f"{one.name:<{width}}  {points(one.score):>6} / {points(one.max_score)}", file=report)

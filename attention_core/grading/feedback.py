@@ -36,13 +36,13 @@ def call_text(graded, name, args, kwargs):
     return "\n".join(lines)
 
 
-def student_report(result, call="", returns=(), function=""):
+def student_report(result, call="", returns=(), function="", *, unreadable=False):
     """The report of ``result`` as a student reads it: no case-file location, expectations named by what
-    the function returned."""
+    the function returned. ``unreadable``: the check's case file did not load (the teacher's to fix)."""
     if result.passed:
         return "passed"
-    if not result.header:
-        return "not graded: a case of this assignment could not be read (your teacher has been told)"
+    if unreadable:
+        return "not graded: a case of this assignment could not be read (a problem of the assignment, not yours)"
     if result.status is Status.CASE_ERROR:
         return ("not graded: this check cannot be run on anyone's code (a mistake of the assignment's case, "
                 "worth no points)")

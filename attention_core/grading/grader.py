@@ -272,9 +272,10 @@ class Grader:
             return [value]
         if not result.passed:  # one charge per mistake: its gradients are not checked, and charged with it
             value.max_score += gradient_points
-            value.charged = (f"Its gradients were not checked: the values are wrong. This check stands for its "
-                             f"backward check's {points_text(gradient_points)} point{'s' * (gradient_points != 1)} too: one "
-                             f"mistake, charged once.")
+            why = "the values are wrong" if result.status is Status.FAILED else "the call returned no values"
+            value.charged = (f"Its gradients were not checked: {why}. This check stands for its backward check's "
+                             f"{points_text(gradient_points)} point{'s' * (gradient_points != 1)} too: one mistake, "
+                             f"charged once.")
             return [value]
         backward = self._backward(item, submission, functions, result)
         if backward is None:
@@ -422,6 +423,8 @@ class Grader:
             failures.append(Failure("gradient", item.check.line, compare.Mismatch(
                 "gradient", f"backward failed: {outcome.grad_error}")))
         values = _reads_values(item.check)  # a check of shapes holds its gradients to their shapes
+        if outcome.mutated:  # an input changed in place: the gradients are of other inputs; that change is the mistake
+            return Status.FAILED, failures
         for label, want in golden.items():
             got = (outcome.grads or {}).get(label)
             target = f"d/d{_label(label, name, self.assignment)}"

@@ -29,8 +29,8 @@ def results_json(graded, drawings=None):
         "score": points(graded.score),
         "max_score": points(graded.max_score),
         "execution_time": math.ceil(graded.seconds),
-        "output": escape_lines(graded.note) if graded.note else
-        f"{points(graded.score)} of {points(graded.max_score)} points.",
+        "output": f"{points(graded.score)} of {points(graded.max_score)} points."
+        + (f"\n\n{escape_lines(graded.note)}" if graded.note else ""),
         "output_format": "text",
         "tests": [_test(grade, drawings, budget) for grade in graded.grades],
     }
@@ -69,7 +69,8 @@ def feedback(grade):
         lines.append(grade.charged)
     check = getattr(grade.item, "check", None)
     returns = tuple(getattr(check, "returns", ()) or ())
-    lines.append(student_report(grade.result, getattr(grade, "call", ""), returns, getattr(check, "function", "")))
+    lines.append(student_report(grade.result, getattr(grade, "call", ""), returns, getattr(check, "function", ""),
+                                unreadable=getattr(grade.item, "error", None) is not None))
     text = "\n\n".join(lines)
     if len(text) > OUTPUT_LIMIT:
         text = text[:OUTPUT_LIMIT] + f"\n… ({len(text) - OUTPUT_LIMIT} more characters)"
@@ -96,7 +97,8 @@ def write_gradebook(graded_list, path):
 
     A gradebook already at ``path`` grows: a submission graded now replaces its own row, and every other
     row stays as it was (a late student graded into the same folder drops nobody). Written to a new file
-    beside it, then moved into place, so an interrupted write leaves the old gradebook whole."""
+    beside it, then moved into place, so an interrupted write leaves the old gradebook whole. Returns the
+    maximums its rows hold (more than one: the assignment changed between gradings)."""
     rows, checks = _existing_rows(path)
     for graded in graded_list:
         checks += [g.check_id for g in graded.grades if g.check_id not in checks]
@@ -109,6 +111,7 @@ def write_gradebook(graded_list, path):
         for name, row in rows.items():
             writer.writerow([name, row.get("score", ""), row.get("max_score", ""), *(row.get(c, "") for c in checks)])
     partial.replace(path)
+    return {str(row.get("max_score", "")) for row in rows.values()}
 
 
 def _existing_rows(path):

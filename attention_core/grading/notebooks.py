@@ -25,6 +25,7 @@ import os
 import re
 import stat
 import tokenize
+import warnings
 from pathlib import Path
 
 MAX_BYTES = 16 << 20  # a notebook file larger than this is refused
@@ -259,8 +260,11 @@ def _code_cells(text, shown):
     import nbformat  # noqa: PLC0415 (only a notebook needs it)
 
     try:
-        # nbformat logs a schema violation and goes on; the structure read below is checked here.
-        notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
+        # nbformat logs a schema violation and goes on; the structure read below is checked here. Its warnings
+        # (cells without ids) are about the student's file, not for the teacher's terminal.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
     except Exception as error:  # noqa: BLE001 (whatever the parser raises, the file is at fault)
         raise NotebookError(f"{shown}: {_parse_problem(error)}") from None
     cells = notebook.get("cells") if isinstance(notebook, dict) else None

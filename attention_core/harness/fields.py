@@ -115,6 +115,8 @@ def parse_expression(source, *, graded=False):
             known = [*SPEC_FUNCTIONS] if graded else list(expr.BUILTINS)
             close = difflib.get_close_matches(called.group(1), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
+        if re.search(r"\.\d", source) and err.message.startswith("syntax error"):
+            hint = "; a module list's members are read by position: self.heads[0], not self.heads.0"
         raise FieldError(f"`{quote(source, 60)[1:-1]}`: {quote(err.message, 200)[1:-1]}{hint}",
                          line=1 if err.column else None, column=err.column) from None
 
