@@ -18,11 +18,10 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from attention_core.harness import yaml_lines
-from attention_core.harness.fields import VISIBILITIES
+from attention_core.harness.fields import MAX_POINTS, VISIBILITIES
 from attention_core.harness.text import escape, shorten
 
 CALL_TIMEOUT, BUDGET, POINTS, GRADIENT_POINTS = 5.0, 60.0, 1.0, 1.0
-MAX_POINTS = 1e6  # points of one check: finite, and a gradebook's sum stays exact
 Points = Annotated[float, Field(ge=0, le=MAX_POINTS, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]

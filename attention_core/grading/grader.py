@@ -10,6 +10,7 @@ tensors in place.
 
 import contextlib
 import dataclasses
+import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -185,6 +186,10 @@ class Grader:
     def _set_up(self, path):
         """(the submission's process, set up but not started, or None; why none; whether the server failed).
         A notebook is graded as the module that runs its code cells (``notebooks.py``), made here first."""
+        link = _first_link(path)
+        if link is not None:
+            return None, (f"the submission could not be opened: {escape(str(link))} is a symbolic link; a submission "
+                          f"is read as data, and its links are never followed"), False
         try:
             if notebooks.is_notebook(path):
                 path = notebooks.write_module(path, tempfile.mkdtemp(dir=self._notebooks.name))
@@ -532,6 +537,18 @@ def _label(label, name, assignment=None):
         position = label - 1 if entry is not None and entry.is_class else label  # the record stands first
         return f"`{params[position].name}`" if 0 <= position < len(params) else f"argument {label}"
     return f"`{label}`"
+
+
+def _first_link(path):
+    """The first symbolic link at or under ``path`` (its folders walked without following links), or None."""
+    if os.path.islink(path):
+        return path
+    if os.path.isdir(path):
+        for root, folders, files in os.walk(path, followlinks=False):
+            for name in sorted(folders + files):
+                if os.path.islink(os.path.join(root, name)):
+                    return Path(root, name)
+    return None
 
 
 def _first(*values):

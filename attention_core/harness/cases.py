@@ -54,8 +54,17 @@ def clear_caches():
 def load_folder(folder, assignment=None):
     """Load every case file of ``folder``, their calls settled against ``assignment`` (default: the built-in one)."""
     shown = shown_path(Path(folder))  # once for the folder: a file's own is the folder's and its name
+    loaded, stems = [], {}
     with _collection_paused():
-        return [load_file(path, shown / path.name, assignment) for path in find_case_files(folder)]
+        for path in find_case_files(folder):
+            if path.stem in stems:  # x.yaml and x.yml: their ids would be one file's
+                error = CaseError(shown / path.name, 1, f"its ids would begin with {quote(path.stem)}, as those of "
+                                                        f"{quote(stems[path.stem])} do: rename one of the two files")
+                loaded.append(CaseFile(path, path.name.replace(".", "_"), None, errors=(error,), assignment=assignment))
+                continue
+            stems[path.stem] = path.name
+            loaded.append(load_file(path, shown / path.name, assignment))
+    return loaded
 
 
 @contextlib.contextmanager

@@ -38,10 +38,23 @@ class FieldError(ValueError):
         self.message, self.line, self.column = message, line, column
 
 
+MAX_ID = 100  # characters of an id: it names a test in every report and gradebook column
+MAX_POINTS = 1e6  # points of one check: finite, and a gradebook's sum stays exact
+
+
 def _id(value):
     if not isinstance(value, str) or not ID.match(value):
         raise FieldError(f"id must be letters, digits, '_' or '-', got {quote(value)}")
+    if len(value) > MAX_ID:
+        raise FieldError(f"an id of {len(value)} characters; the limit is {MAX_ID}")
     return value
+
+
+def _points(value, info):
+    number = _non_negative(value, info)
+    if number > MAX_POINTS:
+        raise FieldError(f"{info.field_name} must be at most {MAX_POINTS:g}, got {quote(value)}")
+    return number
 
 
 def _name(value):
@@ -306,6 +319,8 @@ FloatDType = Annotated[torch.dtype, BeforeValidator(_floating_dtype),
 Seed = Annotated[int, BeforeValidator(_seed), WithJsonSchema({"type": "integer", "minimum": 0,
                                                                 "maximum": 2**64 - 1})]
 NonNegative = Annotated[float, BeforeValidator(_non_negative), WithJsonSchema({"type": "number", "minimum": 0})]
+Points = Annotated[float, BeforeValidator(_points), WithJsonSchema({"type": "number", "minimum": 0,
+                                                                    "maximum": MAX_POINTS})]
 Number = Annotated[float | int, BeforeValidator(_number), WithJsonSchema({"type": "number"})]
 Text = Annotated[str, BeforeValidator(_text), WithJsonSchema({"type": ["string", "number"]})]
 Flag = StrictBool

@@ -21,7 +21,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_
 from attention_core.harness import draws
 from attention_core.harness.fields import (NUMBERS_SCHEMA, VISIBILITIES, CompletePrinted, DType, Draw,
                                            Expression, FieldError, Flag, FloatDType, GradedExpression, Id, Name,
-                                           NonNegative, Number, Numbers, Seed, Shape, Text, parse_printed,
+                                           NonNegative, Number, Numbers, Points, Seed, Shape, Text, parse_printed,
                                            spec_function)
 from attention_core.harness.node import Node, ShortForms, union
 from attention_core.harness.tensor_text import looks_like_size
@@ -68,7 +68,7 @@ class Defaults(Node):
 
     what: ClassVar[str] = "defaults"
     dtype: FloatDType | None = None
-    points: NonNegative | None = None
+    points: Points | None = None
     visibility: Visibility | None = None
 
 
@@ -349,7 +349,7 @@ class _Check(Node):
     expect: Annotated[dict[Annotated[str, BeforeValidator(_target_text)], Expectation], BeforeValidator(_expect)]
     erratum: Annotated[Erratum, BeforeValidator(_note), ShortForms({"type": "string"})] | None = None
     note: str | None = None
-    points: NonNegative | None = None
+    points: Points | None = None
     visibility: Visibility | None = None
 
     @property
@@ -436,7 +436,7 @@ class Case(Node):
     note: str | None = None
     dtype: FloatDType | None = None
     seed: Seed | None = None
-    points: NonNegative | None = None
+    points: Points | None = None
     visibility: Visibility | None = None
     inputs: Annotated[dict[Name, Input], BeforeValidator(_none_is_empty)] = {}
     checks: Annotated[tuple[Check, ...], Field(min_length=1)]

@@ -394,6 +394,9 @@ def _check_dtypes(result, returns, args, kwargs):
     given = {a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()}
     values = result if isinstance(result, (tuple, list)) and len(returns) > 1 else (result,)
     for name, value in zip(returns, values):
+        if isinstance(value, torch.Tensor) and value.is_complex() and given:
+            raise _WrongResult("dtype", f"{name}: dtype does not match: {value.dtype} is complex; a graded function "
+                                        f"returns real values in the dtype of its floating inputs")
         if isinstance(value, torch.Tensor) and value.is_floating_point() and given and value.dtype not in given:
             raise _WrongResult("dtype", f"{name}: dtype does not match: {value.dtype} != "
                                         f"{' or '.join(map(str, sorted(given, key=str)))} "

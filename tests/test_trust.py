@@ -1,0 +1,73 @@
+"""Submissions read as data, answers held to the spec's kind, case files bounded: the attacks of a hostile
+student and a hostile case author, each a test."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attention_core import reference
+from attention_core.harness import runner
+
+REFERENCE = Path(reference.__file__).read_text(encoding="utf-8")
+
+
+def _grade(*args):
+    return subprocess.run([sys.executable, "-m", "attention_core", "grade", *map(str, args)], capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.grading
+def test_a_linked_submission_is_never_followed_and_gets_its_own_row(tmp_path):
+    (tmp_path / "honest.py").write_text(REFERENCE)
+    os.symlink(reference.__file__, tmp_path / "linked.py")  # the reference itself, through a link
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "solution.py").write_text("from helpers import *\n")
+    os.symlink(reference.__file__, tmp_path / "folder" / "helpers.py")
+    run = _grade(tmp_path / "honest.py", tmp_path / "linked.py", tmp_path / "folder", "--out", tmp_path / "out")
+    assert run.returncode == 0, run.stderr[-2000:]
+    scores = {line.split()[0]: line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
+    assert scores["honest"][0] == scores["honest"][2] != "0"
+    assert scores["linked"][0] == "0" and scores["folder"][0] == "0"
+    for name in ("linked", "folder"):
+        output = json.loads((tmp_path / "out" / name / "results.json").read_text())["output"]
+        assert "is a symbolic link; a submission is read as data, and its links are never followed" in output
+
+
+@pytest.mark.grading
+def test_a_complex_answer_whose_real_part_is_right_fails_by_name(tmp_path):
+    complex_softmax = REFERENCE + "\n_s = softmax\n\ndef softmax(x, dim=-1):\n    return _s(x, dim).to(torch.complex64)\n"
+    (tmp_path / "c.py").write_text(complex_softmax)
+    run = _grade(tmp_path / "c.py", "--out", tmp_path / "out")
+    results = json.loads((tmp_path / "out" / "c" / "results.json").read_text())
+    softmax = [t for t in results["tests"] if "The call: softmax(" in t["output"]]
+    assert softmax and all(t["score"] == 0 and "is complex" in t["output"] for t in softmax)
+
+
+def _load_error(tmp_path, text, name="x.yaml"):
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    return [i for i in runner.collect(tmp_path) if i.error is not None]
+
+
+GOOD = ("document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0]}\n"
+        "    checks:\n      - {id: k, call: softmax(x), expect: {out: [1.0]}}\n")
+
+
+def test_points_are_finite_and_bounded(tmp_path):
+    (error,) = _load_error(tmp_path, GOOD.replace("{id: k,", "{id: k, points: 1.0e+308,"))
+    assert "points must be at most 1e+06" in error.error.message
+
+
+def test_an_id_is_bounded_in_length(tmp_path):
+    (error,) = _load_error(tmp_path, GOOD.replace("id: c", "id: " + "c" * 200))
+    assert "an id of 200 characters; the limit is 100" in error.error.message
+
+
+def test_two_files_whose_ids_would_be_one_are_refused(tmp_path):
+    (tmp_path / "dup.yaml").write_text(GOOD, encoding="utf-8")
+    (error,) = _load_error(tmp_path, GOOD, "dup.yml")
+    assert "its ids would begin with 'dup', as those of 'dup.yaml' do" in error.error.message
+    assert [i.id for i in runner.collect(tmp_path) if i.error is None] == ["dup/c/k"]
