@@ -21,7 +21,7 @@ import torch
 
 from attention_core import assignment as assignments
 from attention_core import instances
-from attention_core.grading import client, feedback, notebooks, replies, sandbox, wire
+from attention_core.grading import archives, client, feedback, notebooks, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser, calls_of, leading_slice
 from attention_core.grading.remote import CALL_TIMEOUT, GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
 from attention_core.harness import compare, runner, tolerance, torch_route
@@ -83,9 +83,9 @@ def sandbox_warning(protections):
 
 
 def submission_name(path):
-    """A submission's name: its file or folder name without ``.py`` (or ``.ipynb``)."""
+    """A submission's name: its file or folder name without ``.py`` (or ``.ipynb``, ``.zip``)."""
     path = Path(path)
-    return path.stem if path.suffix == ".py" or notebooks.is_notebook(path) else path.name
+    return path.stem if path.suffix == ".py" or notebooks.is_notebook(path) or archives.is_zip(path) else path.name
 
 
 class Grader:
@@ -191,6 +191,11 @@ class Grader:
             return None, (f"the submission could not be opened: {escape(str(link))} is a symbolic link; a submission "
                           f"is read as data, and its links are never followed"), False
         try:
+            if archives.is_zip(path):  # unpacked here under bounds, then graded as what it holds
+                path = archives.unpack(path, tempfile.mkdtemp(dir=self._notebooks.name))
+            if path.is_dir() and not any(path.glob("*.py")):
+                inside = sorted(path.glob("*.ipynb"))
+                path = inside[0] if len(inside) == 1 else path  # a folder holding one notebook: that notebook
             if notebooks.is_notebook(path):
                 path = notebooks.write_module(path, tempfile.mkdtemp(dir=self._notebooks.name))
             return self._worker.open(path, start=False), "", False
