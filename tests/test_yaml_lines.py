@@ -56,8 +56,9 @@ def test_what_yaml_refuses_is_a_case_error_at_its_line(text, where, words):
 
 def test_a_plain_numbers_text_is_read_again_wherever_it_stands():
     assert yaml_lines.parse("a: 017\nb: '017'\nc: 017\n") == {"a": 17, "b": "017", "c": 17}  # YAML 1.2: decimal
+    assert yaml_lines.parse("a: 1\nb: 0x_\n") == {"a": 1, "b": "0x_"}  # not a YAML 1.2 number: text
     with pytest.raises(CaseError, match="cannot read '0x_' as !!int"):
-        yaml_lines.parse("a: 1\nb: 0x_\n")
+        yaml_lines.parse("a: 1\nb: !!int 0x_\n")
 
 
 @pytest.mark.parametrize(("text", "line", "column", "shown"), [
