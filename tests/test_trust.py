@@ -71,3 +71,31 @@ def test_two_files_whose_ids_would_be_one_are_refused(tmp_path):
     (error,) = _load_error(tmp_path, GOOD, "dup.yml")
     assert "its ids would begin with 'dup', as those of 'dup.yaml' do" in error.error.message
     assert [i.id for i in runner.collect(tmp_path) if i.error is None] == ["dup/c/k"]
+
+
+@pytest.mark.grading
+def test_submission_names_never_reach_outside_out_nor_the_batchs_own_files_nor_each_other(tmp_path):
+    from attention_core.grading.batch import _unique_names  # noqa: PLC0415
+    assert _unique_names([Path("a/alice.py"), Path("b/alice.py"), Path("alice-2.py"), Path("...py"),
+                          Path("gradebook.csv.py"), Path(".."), Path("x.ipynb")]) == \
+        ["alice", "alice-2", "alice-2-2", "...py", "gradebook.csv.py", "submission", "x"]
+    subs = tmp_path / "subs"
+    for folder in ("dirA", "dirB"):
+        (subs / folder).mkdir(parents=True)
+    (subs / "dirA" / "alice.py").write_text(REFERENCE)
+    (subs / "dirB" / "alice.py").write_text("raise SystemError('wrong')\n")
+    (subs / "alice-2.py").write_text(REFERENCE)
+    (subs / "...py").write_text(REFERENCE)
+    (subs / "gradebook.csv.py").write_text(REFERENCE)
+    (subs / "ev\x1b[31mil.py").write_text(REFERENCE)
+    out = tmp_path / "out"
+    run = _grade(subs / "dirA" / "alice.py", subs / "dirB" / "alice.py", subs / "alice-2.py", subs / "...py",
+                 subs / "gradebook.csv.py", subs / "ev\x1b[31mil.py", "--out", out)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "\x1b" not in run.stdout and "ev\\x1b[31mil" in run.stdout
+    scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
+    full = scores["alice"]
+    assert scores == {"alice": full, "alice-2": "0", "alice-2-2": full, "...py": full, "gradebook.csv.py": full,
+                      "ev\\x1b[31mil": full}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "subs"]  # nothing written beside --out
+    assert (out / "gradebook.csv").is_file() and (out / "...py" / "results.json").is_file()

@@ -15,12 +15,13 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tqdm import tqdm
 
 from attention_core.grading import gradescope
 from attention_core.grading.grader import Grader, sandbox_warning, submission_name
-from attention_core.harness.text import points
+from attention_core.harness.text import escape, points
 from attention_core.report.figures import Drawings
 from attention_core.report.html import submission_page
 
@@ -77,9 +78,9 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
         print(f"warning: the rows of {out / 'gradebook.csv'} have different maximums "
               f"({', '.join(map(str, sorted(maximums)))}): the assignment changed since some were graded; grade "
               f"those again", file=stream)
-    width = max(len(n) for n in names)
+    width = max(len(escape(n)) for n in names)
     for one in scores:
-        print(f"{one.name:<{width}}  {points(one.score):>6} / {points(one.max_score)}", file=report)
+        print(f"{escape(one.name):<{width}}  {points(one.score):>6} / {points(one.max_score)}", file=report)
     for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
     print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'} and {out / 'gradebook.csv'}",
@@ -241,11 +242,25 @@ def _next_done(done, processes):
     raise RuntimeError(f"a grader process ended before the batch did (exit codes {codes})")
 
 
+RESERVED = {"gradebook.csv", "gradebook.csv.partial", ".write-test"}  # the batch's own files in --out
+
+
 def _unique_names(paths):
-    """Each submission's name; a name that repeats gets ``-2``, ``-3``, … in order."""
-    names, seen = [], {}
+    """Each submission's name, the folder of its results in ``--out``: its file name without the extension,
+    unless that leaves a name of dots only or one of the batch's own files (``...py``, ``gradebook.csv.py``:
+    then the whole file name); a name already taken gets ``-2``, ``-3``, … (so that ``alice.py`` twice and
+    ``alice-2.py`` keep three folders). Never a path: no name reaches outside ``--out``."""
+    names, used = [], set()
     for path in paths:
         name = submission_name(path)
-        seen[name] = seen.get(name, 0) + 1
-        names.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+        if not name.strip(".") or name in RESERVED:
+            name = Path(path).name
+        if not name.strip(".") or "/" in name or "\0" in name:
+            name = "submission"
+        unique, n = name, 1
+        while unique in used or unique in RESERVED:
+            n += 1
+            unique = f"{name}-{n}"
+        used.add(unique)
+        names.append(unique)
     return names
