@@ -58,3 +58,17 @@ def test_rows_of_different_maximums_are_reported(tmp_path):
     book = tmp_path / "gradebook.csv"
     assert write_gradebook([_graded("alice", a=1.0)], book) == {"2"}
     assert write_gradebook([_graded("bob", a=1.0, b=1.0)], book) == {"2", "4"}
+
+
+def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_first(tmp_path):
+    from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
+    masked_after = "the mask is applied after the softmax"
+    scores = [Scores("a", 1, 3, grades=[Score("f/c/k", 0, 1, (masked_after,)), Score("f/c/j", 1, 1),
+                                        Score("f/c/i", 0, 1, (masked_after,))]),
+              Scores("b", 2, 3, grades=[Score("f/c/k", 0, 1, (masked_after,)), Score("f/c/j", 1, 1),
+                                        Score("f/c/i", 1, 1)]),
+              Scores("c", 3, 3, grades=[Score("f/c/k", 1, 1), Score("f/c/j", 1, 1), Score("f/c/i", 1, 1)])]
+    rows = class_summary(scores, tmp_path / "summary.csv")
+    assert rows == [("mistake", masked_after, 2), ("check", "f/c/k", 2), ("check", "f/c/i", 1)]
+    assert _rows(tmp_path / "summary.csv")[:2] == [["kind", "what", "students", "of"],
+                                                    ["mistake", masked_after, "2", "3"]]

@@ -7,6 +7,7 @@ sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
 """
 
 import collections
+import csv
 import ctypes
 import gc
 import multiprocessing
@@ -74,6 +75,7 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
                 finally:
                     gc.unfreeze()
     maximums = gradescope.write_gradebook(scores, out / "gradebook.csv")
+    glance = class_summary(scores, out / "summary.csv")
     if len(maximums) > 1:
         print(f"warning: the rows of {out / 'gradebook.csv'} have different maximums "
               f"({', '.join(map(str, sorted(maximums)))}): the assignment changed since some were graded; grade "
@@ -81,9 +83,15 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     width = max(len(escape(n)) for n in names)
     for one in scores:
         print(f"{escape(one.name):<{width}}  {points(one.score):>6} / {points(one.max_score)}", file=report)
+    if len(scores) > 1 and glance:
+        print("\nthe class at a glance (summary.csv has every line):", file=report)
+        for kind, what, n in glance[:5]:
+            said = f"made the mistake: {what}" if kind == "mistake" else f"failed {what}"
+            print(f"  {n} of {len(scores)} {escape(said)}", file=report)
     for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
-    print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'} and {out / 'gradebook.csv'}",
+    print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'}, {out / 'gradebook.csv'} "
+          f"and {out / 'summary.csv'}",
           file=report)
     return 0
 
@@ -127,6 +135,8 @@ class Scores:
 class Score:
     check_id: str
     score: float
+    max_score: float = 0.0
+    mistakes: tuple = ()  # the mistakes its feedback names ("Likely mistake: …")
 
 
 def _write(graded, name, out):
@@ -136,7 +146,32 @@ def _write(graded, name, out):
     folder = gradescope.write_results(graded, out, drawings=drawings)
     (folder / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
     return Scores(name, graded.score, graded.max_score, graded.protections,
-                  [Score(g.check_id, g.score) for g in graded.grades])
+                  [Score(g.check_id, g.score, g.max_score, _mistakes(g.diagnosis)) for g in graded.grades])
+
+
+def _mistakes(diagnosis):
+    """The mistakes a check's feedback names, each in its own words (what follows "Likely mistake:")."""
+    return tuple(line.removeprefix("Likely mistake: ").split(". Fix: ")[0]
+                 for line in (diagnosis or "").split("\n") if line.startswith("Likely mistake: "))
+
+
+def class_summary(scores, path):
+    """Write ``path`` (CSV: kind, what, students, of): how many of the submissions graded in this run failed
+    each check and made each named mistake, largest first; return its rows."""
+    failed, mistakes = collections.Counter(), collections.Counter()
+    for one in scores:
+        made = set()
+        for grade in one.grades:
+            if grade.score < grade.max_score:
+                failed[grade.check_id] += 1
+            made |= set(grade.mistakes)
+        mistakes.update(made)
+    rows = [("mistake", m, n) for m, n in mistakes.most_common()] + [("check", c, n) for c, n in failed.most_common()]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["kind", "what", "students", "of"])
+        writer.writerows([(kind, what, n, len(scores)) for kind, what, n in rows])
+    return rows
 
 
 def _freeze():
@@ -242,7 +277,7 @@ def _next_done(done, processes):
     raise RuntimeError(f"a grader process ended before the batch did (exit codes {codes})")
 
 
-RESERVED = {"gradebook.csv", "gradebook.csv.partial", ".write-test"}  # the batch's own files in --out
+RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", ".write-test"}  # the batch's own files in --out
 
 
 def _unique_names(paths):
