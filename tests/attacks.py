@@ -182,6 +182,18 @@ for folder in ("@OUT@", "@OTHER@", "@CHECKOUT@", "/tmp", os.path.dirname(os.path
     except OSError:
         pass
 ''' + PROBE,
+    # The grader's session and user keyrings (where CI tokens live): read their ids, add a key to each.
+    "keyring": '''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+KEYCTL, ADD_KEY = {"x86_64": (250, 248), "aarch64": (219, 217)}[os.uname().machine]
+REPORT = {"keyrings": []}
+for ring in (-3, -4):  # KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING
+    if libc.syscall(KEYCTL, 0, ring, 0) >= 0:  # KEYCTL_GET_KEYRING_ID
+        REPORT["keyrings"].append(f"read {ring}")
+    if libc.syscall(ADD_KEY, b"user", b"@MARK@-key", b"x", 1, ring) >= 0:
+        REPORT["keyrings"].append(f"wrote {ring}")
+''' + PROBE,
 }
 
 # What each probe's report must say: nothing found, reached, read, connected or written outside.
@@ -189,6 +201,7 @@ CLEAN = {
     "walk": {"found": []},
     "proc_reads": {"read": [], "reached": []},
     "network": {"connected": []},
+    "keyring": {"keyrings": []},
 }
 
 

@@ -53,6 +53,7 @@ NAMES = {
     "no_capabilities": "no capabilities, no new privileges",
     "no_user_namespaces": "no new user namespaces (where it would have every capability again)",
     "limits": "limits on CPU time, memory, file size, processes and open files",
+    "seccomp": "the kernel's keyrings, ptrace, bpf, perf events, userfaultfd and module loading refused (seccomp)",
     "cgroup": "one memory and process-count limit for all of its processes together",
     "private_tmp": "a private temporary folder and home",
 }
@@ -281,8 +282,55 @@ def build(plan, protections, privileged):
         # No user namespace of its own, in which it would have every capability again.
         protections.attempt("no_user_namespaces", lambda: write_file("/proc/sys/user/max_user_namespaces", "0"))
     protections.attempt("no_capabilities", _drop_capabilities)
+    protections.attempt("seccomp", _refuse_dangerous_calls)
     protections.attempt("limits", lambda: set_limits(plan["limits"]))
     return copy
+
+
+# The system calls no submission needs and a hostile one would use: the keyrings (where CI tokens live),
+# other processes' memory, the kernel's own programs and modules. Numbers by machine.
+REFUSED_CALLS = {
+    "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "ptrace": 101, "bpf": 321,
+                            "perf_event_open": 298, "userfaultfd": 323, "process_vm_readv": 310,
+                            "process_vm_writev": 311, "init_module": 175, "finit_module": 313, "kexec_load": 246}),
+    "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "ptrace": 117, "bpf": 280,
+                             "perf_event_open": 241, "userfaultfd": 282, "process_vm_readv": 270,
+                             "process_vm_writev": 271, "init_module": 105, "finit_module": 273, "kexec_load": 104}),
+}
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(arch, numbers):
+    """A classic BPF program: EPERM for each system call of ``numbers``, every other allowed; a call made
+    under another architecture's numbering (the x32 or i386 entry points) is refused whole."""
+    load, jump_eq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, eperm = 0x7FFF0000, 0x00050000 | errno.EPERM
+    program = [(load, 0, 0, 4), (jump_eq, 1, 0, arch), (ret, 0, 0, eperm), (load, 0, 0, 0)]
+    if arch == 0xC000003E:  # x32 system calls carry bit 30 on x86_64's numbering: refused
+        program += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # BPF_JMP|BPF_JGE|BPF_K
+    for i, number in enumerate(numbers):
+        program.append((jump_eq, len(numbers) - i, 0, number))  # to the EPERM after the allow
+    program += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    return program
+
+
+def _refuse_dangerous_calls():
+    machine = os.uname().machine
+    if machine not in REFUSED_CALLS:
+        raise OSError(f"no system call numbers known for {machine}")
+    arch, numbers = REFUSED_CALLS[machine]
+    program = seccomp_program(arch, sorted(numbers.values()))
+    filters = (_SockFilter * len(program))(*[_SockFilter(*instruction) for instruction in program])
+    fprog = _SockFprog(len(program), filters)
+    _call(libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "prctl(SECCOMP)")
 
 
 def _drop_to_nobody():
