@@ -99,3 +99,23 @@ def test_submission_names_never_reach_outside_out_nor_the_batchs_own_files_nor_e
                       "ev\\x1b[31mil": full}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "subs"]  # nothing written beside --out
     assert (out / "gradebook.csv").is_file() and (out / "...py" / "results.json").is_file()
+
+
+@pytest.mark.grading
+def test_an_input_changed_in_place_is_told_by_the_grader_whatever_the_submission_patches(tmp_path):
+    hiding = REFERENCE + '''
+_a = attention
+torch.equal = lambda a, b: True  # what the submission's own process would compare with
+torch.Tensor.__eq__ = lambda a, b: torch.ones_like(a, dtype=torch.bool)
+
+
+def attention(q, k, v, mask=None, scale=None):
+    q.mul_(2.0)  # changes the caller's tensor, then undoes its effect on the result
+    return _a(q / 2.0, k, v, mask, scale)
+'''
+    (tmp_path / "hiding.py").write_text(hiding)
+    run = _grade(tmp_path / "hiding.py", "--out", tmp_path / "out")
+    results = json.loads((tmp_path / "out" / "hiding" / "results.json").read_text())
+    backward = [t for t in results["tests"] if t["name"].endswith("/backward") and "attention(" in t["output"]]
+    assert backward and any("changed its input `q` in place" in t["output"] and t["score"] == 0 for t in backward), \
+        run.stderr[-1000:]

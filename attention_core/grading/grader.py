@@ -424,8 +424,9 @@ class Grader:
     def _gradient_failures(self, item, name, outcome, golden):
         """(status, failures) of a backward check from the call's outcome and the torch route's gradients."""
         failures = []
-        if outcome.mutated:
-            which = ", ".join(_label(label, name, self.assignment) for label in outcome.mutated)
+        mutated = self._mutated(item, outcome)
+        if mutated:
+            which = ", ".join(_label(label, name, self.assignment) for label in mutated)
             failures.append(Failure("inputs", item.check.line, compare.Mismatch(
                 "side effect", f"`{name}` changed its input {which} in place: a graded function leaves the caller's "
                                f"tensors alone (compute into a new tensor: `q = q * scale`, not `q *= scale`)")))
@@ -433,7 +434,7 @@ class Grader:
             failures.append(Failure("gradient", item.check.line, compare.Mismatch(
                 "gradient", f"backward failed: {outcome.grad_error}")))
         values = _reads_values(item.check)  # a check of shapes holds its gradients to their shapes
-        if outcome.mutated:  # an input changed in place: the gradients are of other inputs; that change is the mistake
+        if mutated:  # an input changed in place: the gradients are of other inputs; that change is the mistake
             return Status.FAILED, failures
         for label, want in golden.items():
             got = (outcome.grads or {}).get(label)
@@ -452,6 +453,16 @@ class Grader:
             if mismatch is not None:
                 failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
         return Status.FAILED if failures else Status.PASSED, failures
+
+    def _mutated(self, item, outcome):
+        """The labels of the tensor arguments the call changed in place, told here: the arguments as the call
+        left them (sent back) against the grader's own copies. A label the grader did not send is no label;
+        an argument that did not come back counts as changed. The submission's own report is not read."""
+        _, args, kwargs, _ = self._sliced[item]
+        sent = {**{i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)},
+                **{k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}}
+        after = outcome.after or {}
+        return [label for label, original in sent.items() if label not in after or not _same(after[label], original)]
 
     def _golden(self, item, name, args, kwargs):
         """label -> gradient of the projection through torch's own functions, in float64 (cached per check)."""
@@ -504,6 +515,13 @@ def _route_grads(route, name, args, kwargs, dtype):
     grads = torch.autograd.grad(loss, list(labelled.values()), allow_unused=True)
     return {label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
             for (label, t), g in zip(labelled.items(), grads)}
+
+
+def _same(a, b):
+    """Whether ``a`` holds what ``b`` holds: shape, dtype and values, NaN where NaN was."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(((a == b) | (a.isnan() & b.isnan())).all()) if a.is_floating_point() else torch.equal(a, b)
 
 
 def _moved(args, kwargs, dtype, seed):

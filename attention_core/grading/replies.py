@@ -40,6 +40,7 @@ class CallOutcome:
     mutated: tuple = ()
     seconds: float = 0.0
     grads: dict | None = None  # call_grad only: label -> gradient, or None where none flowed
+    after: dict | None = None  # call_grad only: label -> the tensor argument as the call left it
     grad_error: str | None = None
     reply: bytes | None = None  # a small reply's bytes: the same bytes, the same outcome (see Worker._outcome_of)
 
@@ -71,6 +72,13 @@ def checked_outcome(reply):
             grads[label] = g
         outcome.grads = grads
         outcome.grad_error = None if reply.get("grad_error") is None else text(reply["grad_error"])
+        after = {}
+        for pair in reply.get("after", []):
+            label, t = pair
+            if type(label) not in (int, str) or not isinstance(t, torch.Tensor):
+                raise ValueError("after is not a list of (label, tensor)")
+            after[label] = t
+        outcome.after = after
     return outcome
 
 

@@ -396,6 +396,8 @@ class Child:
         reply = {"status": "ok", "value": value, "mutated": self.mutated(before)}
         if seed is not None:
             reply.update(self.gradients(value, leaves, seed))
+            # The arguments as the call left them: the grader compares them with its own copies (small ones).
+            reply["after"] = [[label, self.wire.plain_tensor(t)] for label, t in self.tensors(args, kwargs)]
         keep = message.get("keep")
         if keep is not None and isinstance(value, (tuple, list)):  # results no expectation reads: shapes only
             # A plain tuple or list: the wire sends any tuple as a tuple (a namedtuple takes no iterable).
