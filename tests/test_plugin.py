@@ -115,8 +115,8 @@ def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(cour
 def test_snapshot_update_is_refused_for_another_folder(course):
     result = course.runpytest_subprocess("--cases", "checks", "--snapshot-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--snapshot-update with --cases *checks: snapshots belong to the project's own "
-                                 "cases/*refusing to rewrite them"])
+    result.stderr.fnmatch_lines(["*--snapshot-update with --cases *checks: snapshots are written only for a "
+                                 "project's own cases/*refusing to rewrite them"])
 
 
 def test_case_marker_imports_only_the_case_module_and_a_missing_snapshot_says_how_to_write_it(project):

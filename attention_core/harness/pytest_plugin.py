@@ -69,8 +69,9 @@ def pytest_configure(config):
         raise pytest.UsageError("--snapshot-update with --impl: snapshots record the reference core, "
                                 "never a submission; refusing to rewrite them")
     if not _own_cases(config) and config.getoption("update_snapshots", False):
-        raise pytest.UsageError(f"--snapshot-update with --cases {folder}: snapshots belong to the project's "
-                                f"own cases/ ({config.rootpath / 'cases'}); refusing to rewrite them")
+        raise pytest.UsageError(f"--snapshot-update with --cases {folder}: snapshots are written only for a "
+                                f"project's own cases/, run from that project (its tests/{CASE_MODULE} beside "
+                                f"them); refusing to rewrite them")
     # Snapshot names come from the case file, case and check, never from the test function
     # (see harness/snapshot.py); syrupy warns on every write that it cannot relate them.
     config.addinivalue_line("filterwarnings", r"ignore:\s*Can not relate snapshot name:UserWarning")
@@ -101,10 +102,25 @@ def _cases_folder(config):
 
 
 def _own_cases(config):
-    """Whether the cases are the project's own (``<rootdir>/cases``), whose snapshots live in tests/."""
+    """Whether the cases are the run's project's own: the very folder ``<rootdir>/cases`` (its identity, not
+    its name), in a project that keeps their snapshots (``<rootdir>/tests/test_cases.py``)."""
     if config.getoption("--assignment") is not None:
         return False
-    return _cases_folder(config).resolve() == (config.rootpath / "cases").resolve()
+    return _same(_cases_folder(config), config.rootpath / "cases") and \
+        (config.rootpath / "tests" / CASE_MODULE).is_file()
+
+
+def _owns(module, config):
+    """Whether the test module ``module`` (a project's tests/test_cases.py) owns the run's cases: its own
+    project's ``cases`` is that very folder. Its snapshots are compared and written for those alone."""
+    return _own_cases(config) and _same(Path(module).resolve().parent.parent / "cases", _cases_folder(config))
+
+
+def _same(a, b):
+    try:
+        return Path(a).samefile(b)
+    except OSError:
+        return False
 
 
 def case_items(config):
@@ -124,7 +140,7 @@ def case_snapshots(request):
     """
     if request.config.getoption("--impl") is not None:
         return False  # a submission is checked against the documents; snapshots record the reference
-    return _own_cases(request.config) and request.path.resolve() != CASE_CHECKS
+    return _owns(request.path, request.config) and request.path.resolve() != CASE_CHECKS
 
 
 @pytest.fixture(scope="session")
@@ -170,7 +186,7 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.suffix != ".py":
         return None
     if collection_path.name == CASE_MODULE:
-        return None if _own_cases(config) else True
+        return None if _owns(collection_path, config) else True
     if config.getoption("markexpr", "") == "case" and any(
             fnmatch(collection_path.name, pattern) for pattern in config.getini("python_files")):
         return True

@@ -1,0 +1,31 @@
+"""A course's own repository, with a folder named ``cases`` at its root, checked from the project: the
+project's snapshots are the project's alone, told by the folder's identity, never by its name."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOTS = ROOT / "tests" / "__snapshots__"
+
+
+def _snapshots():
+    return {p: p.read_bytes() for p in SNAPSHOTS.rglob("*") if p.is_file()}
+
+
+def test_a_course_folder_named_cases_is_checked_without_the_projects_snapshots_and_never_rewrites_them(tmp_path):
+    course = tmp_path / "course"
+    (course / "cases").mkdir(parents=True)
+    (course / "pyproject.toml").write_text('[project]\nname = "course"\nversion = "0"\n')
+    shutil.copy(ROOT / "cases" / "001_self_attention.yaml", course / "cases")
+    before = _snapshots()
+    for extra in ([], ["--snapshot-update"]):
+        run = subprocess.run([sys.executable, "-m", "pytest", "--cases", str(course / "cases"), "-m", "case", "-q",
+                              *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        if extra:
+            assert run.returncode != 0 and "refusing to rewrite them" in run.stdout + run.stderr
+        else:
+            assert run.returncode == 0 and "snapshot" not in run.stdout.lower(), run.stdout[-2000:]
+    assert _snapshots() == before
+    assert not (course / "cases" / ".pytest_cache").exists()
