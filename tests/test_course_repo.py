@@ -29,3 +29,13 @@ def test_a_course_folder_named_cases_is_checked_without_the_projects_snapshots_a
             assert run.returncode == 0 and "snapshot" not in run.stdout.lower(), run.stdout[-2000:]
     assert _snapshots() == before
     assert not (course / "cases" / ".pytest_cache").exists()
+
+
+def test_checking_a_submission_with_junitxml_warns_of_nothing_and_advises_no_snapshot_update(tmp_path):
+    report = tmp_path / "junit.xml"
+    run = subprocess.run([sys.executable, "-m", "pytest", f"--impl={ROOT / 'attention_core' / 'reference.py'}",
+                          f"--junitxml={report}", "-m", "case", "-q"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert "warning" not in run.stdout.lower() and "snapshot" not in run.stdout.lower(), run.stdout[-2000:]
+    assert report.read_text().count('name="max_points"') > 0
