@@ -82,3 +82,9 @@ def test_scalars_are_read_with_yaml_1_2_meanings(text, value):
         assert read != read
     else:
         assert read == value and type(read) is type(value)
+
+
+def test_a_file_large_without_aliases_is_told_so_not_blamed_on_aliases():
+    with pytest.raises(CaseError, match=r"this value holds more than 1000000 values; the limit is 1000000 for a "
+                                        r"whole file \(draw large tensors from a seed instead\)"):
+        yaml_lines.parse("a: [" + ", ".join(["1"] * (yaml_lines.MAX_NODES + 1)) + "]\n")

@@ -123,7 +123,7 @@ class _Builder:
     """
 
     def __init__(self, loader):
-        self.loader, self.anchors, self.open = loader, {}, set()
+        self.loader, self.anchors, self.open, self.aliased = loader, {}, set(), False
 
     def document(self):
         loader = self.loader
@@ -155,6 +155,9 @@ class _Builder:
                 self.open.add(event.anchor)
             made = (self.mapping if kind is _MAPPING else self.sequence)(event, depth)
             if made[1] > MAX_NODES:
+                if not self.aliased:  # a file simply that large: no alias to blame
+                    raise _at(event, f"this value holds more than {MAX_NODES} values; the limit is {MAX_NODES} for "
+                                     f"a whole file (draw large tensors from a seed instead)")
                 raise _at(event, f"YAML aliases expand this value to more than {MAX_NODES} values; the limit is "
                                  f"{MAX_NODES} for a whole file")
             self.open.discard(event.anchor)
@@ -167,6 +170,7 @@ class _Builder:
             raise _at(event, "a YAML alias refers to a node that contains it")
         if event.anchor not in self.anchors:
             raise yaml.composer.ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+        self.aliased = True
         return self.anchors[event.anchor]
 
     def scalar(self, event):
