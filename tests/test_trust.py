@@ -44,7 +44,7 @@ def test_a_complex_answer_whose_real_part_is_right_fails_by_name(tmp_path):
     run = _grade(tmp_path / "c.py", "--out", tmp_path / "out")
     results = json.loads((tmp_path / "out" / "c" / "results.json").read_text())
     softmax = [t for t in results["tests"] if "The call: softmax(" in t["output"]]
-    assert softmax and all(t["score"] == 0 and "is complex" in t["output"] for t in softmax)
+    assert run.returncode == 0 and softmax and all(t["score"] == 0 and "is complex" in t["output"] for t in softmax)
 
 
 def _load_error(tmp_path, text, name="x.yaml"):

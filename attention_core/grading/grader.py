@@ -23,7 +23,7 @@ from attention_core import assignment as assignments
 from attention_core import instances
 from attention_core.grading import archives, client, feedback, notebooks, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser, calls_of, leading_slice
-from attention_core.grading.remote import CALL_TIMEOUT, GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
+from attention_core.grading.remote import GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.model import ShapeExpectation
 from attention_core.harness.results import CallFailed, Failure, Result, Status
