@@ -39,3 +39,17 @@ def test_checking_a_submission_with_junitxml_warns_of_nothing_and_advises_no_sna
     assert run.returncode == 0, run.stdout[-2000:]
     assert "warning" not in run.stdout.lower() and "snapshot" not in run.stdout.lower(), run.stdout[-2000:]
     assert report.read_text().count('name="max_points"') > 0
+
+
+def test_thousands_of_failing_cases_print_a_bounded_report(tmp_path):
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    body = "".join(f"  - id: c{i}\n    inputs: {{x: [1.0, 2.0]}}\n    checks:\n      - {{id: k, call: softmax(x), "
+                   f"expect: {{out: [0.5, 0.5]}}}}\n" for i in range(400))
+    (cases / "f.yaml").write_text("document: {title: T}\ncases:\n" + body)
+    run = subprocess.run([sys.executable, "-m", "pytest", f"--cases={cases}", "-m", "case", "-q", "-p", "no:randomly",
+                          "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert "400 failed" in run.stdout
+    assert run.stdout.count("Values are not close!") == 50  # full reports for the first 50 only
+    assert run.stdout.count("report left out: more than 50 case checks failed") == 350
+    assert len(run.stdout) < 200_000, len(run.stdout)

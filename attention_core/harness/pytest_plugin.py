@@ -235,6 +235,24 @@ def _devices(config):
         yield device, [pytest.mark.skip(reason=reason)] if reason else []
 
 
+MAX_REPORTS = 50  # failing case checks reported in full by one process; the rest, one line each
+_FAILED = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """After MAX_REPORTS failing case checks, each further one's report is a line: a folder of thousands of
+    failing cases prints a bounded amount (each worker of -n counts its own)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "case_check" in getattr(item, "fixturenames", ()):
+        count = item.config.stash.get(_FAILED, 0) + 1
+        item.config.stash[_FAILED] = count
+        if count > MAX_REPORTS:
+            report.longrepr = (f"(report left out: more than {MAX_REPORTS} case checks failed; run this one alone, "
+                               f"-k '{item.callspec.id if hasattr(item, 'callspec') else item.name}', to see it)")
+
+
 def pytest_generate_tests(metafunc):
     if "graded_check" in metafunc.fixturenames:
         _parametrize_low_precision(metafunc)
