@@ -77,6 +77,8 @@ def main(argv=None):
     grade.add_argument("--out", type=Path, required=True, metavar="DIR",
                        help="write DIR/<name>/results.json (Gradescope's format) and DIR/gradebook.csv")
     grade.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
+    grade.add_argument("--regrade", action="store_true",
+                       help="grade every submission again, also those whose record in --out shows them unchanged")
     grade.add_argument("--timeout", type=float, default=None, metavar="S",
                        help="seconds one call may take (default: the assignment's, 5)")
     grade.add_argument("--budget", type=float, default=None, metavar="S",
@@ -116,7 +118,7 @@ def main(argv=None):
         from attention_core.grading.batch import grade_command  # noqa: PLC0415
         return grade_command(args.submissions, args.out, assignment=getattr(args, "assignment", None),
                              cases=getattr(args, "cases", None), jobs=args.jobs, call_timeout=args.timeout,
-                             budget=args.budget, gradient_points=args.gradient_points)
+                             budget=args.budget, gradient_points=args.gradient_points, regrade=args.regrade)
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])

@@ -72,3 +72,28 @@ def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_f
     assert rows == [("mistake", masked_after, 2), ("check", "f/c/k", 2), ("check", "f/c/i", 1)]
     assert _rows(tmp_path / "summary.csv")[:2] == [["kind", "what", "students", "of"],
                                                     ["mistake", masked_after, "2", "3"]]
+
+
+@pytest.mark.grading
+def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_path):
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    for name in ("correct.py", "unscaled.py"):
+        (subs / name).write_bytes((HEAD / "submissions" / name).read_bytes())
+
+    def grade(*extra):
+        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+                              str(subs / "correct.py"), str(subs / "unscaled.py"), "--out", str(out), *extra],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stderr
+
+    assert "graded 2" in grade()
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("results.json")}
+    assert "graded 0, skipped 2 as unchanged" in grade()
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == written  # left untouched
+    (subs / "unscaled.py").write_text((HEAD / "submissions" / "correct.py").read_text() + "\n# fixed\n")
+    assert "graded 1, skipped 1 as unchanged" in grade()
+    rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
+    assert rows == {"correct": ["6", "6"], "unscaled": ["6", "6"]}
+    assert "graded 2" in grade("--regrade")

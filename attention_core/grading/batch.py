@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from attention_core.grading import gradescope
-from attention_core.grading.grader import Grader, sandbox_warning, submission_name
+from attention_core.grading import gradescope, records
+from attention_core.grading.grader import Grader, _assignment, sandbox_warning, submission_name
 from attention_core.harness.text import escape, points
 from attention_core.report.figures import Drawings
 from attention_core.report.html import submission_page
@@ -31,7 +31,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
 def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeout=None, budget=None,
-                  gradient_points=None, stream=None, report=None):
+                  gradient_points=None, regrade=False, stream=None, report=None):
     """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one);
     print one line per submission (to ``report``, stdout by default: the score table a teacher may redirect),
     the progress bar and warnings to ``stream`` (stderr). Exit 0 whenever grading completed; 2 when there is
@@ -61,19 +61,34 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     names = _unique_names(paths)
     options = dict(assignment=assignment, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
     out.mkdir(parents=True, exist_ok=True)
-    with tqdm(total=len(paths), desc="grading", unit="submission", file=stream, disable=len(paths) < 2) as bar:
-        if jobs > 1 and len(paths) > 1:
-            scores = _in_processes(paths, names, out, cases, options, min(jobs, len(paths)), bar)
-        else:
-            scores = []
+    key = records.batch_key(_assignment(assignment, cases), {**options, "assignment": str(assignment), "cases": str(cases)})
+    digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}
+    kept = {} if regrade else {name: _kept(out / name, name, digests[name]) for name in names}
+    todo = [(path, name) for path, name in zip(paths, names) if kept.get(name) is None]
+    graded_now = {}
+    with tqdm(total=len(todo), desc="grading", unit="submission", file=stream, disable=len(todo) < 2) as bar:
+        if jobs > 1 and len(todo) > 1:
+            fresh = _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, options,
+                                  min(jobs, len(todo)), bar)
+        elif todo:
+            fresh = []
             with Grader(cases, **options) as grader:
                 _freeze()  # this may be the caller's own process: undone below, and malloc left alone
                 try:
-                    for name, graded in zip(names, grader.grade_each(paths)):
-                        scores.append(_write(graded, name, out))
+                    for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
+                        fresh.append(_write(graded, name, out))
                         bar.update()
                 finally:
                     gc.unfreeze()
+        else:
+            fresh = []
+    for one in fresh:
+        records.write(out / one.name, digests[one.name], one)
+        graded_now[one.name] = one
+    scores = [graded_now.get(name) or kept[name] for name in names]
+    skipped = len(names) - len(graded_now)
+    print(f"graded {len(graded_now)}, skipped {skipped} as unchanged (--regrade grades them again)"
+          if skipped else f"graded {len(graded_now)}", file=stream)
     maximums = gradescope.write_gradebook(scores, out / "gradebook.csv")
     glance = class_summary(scores, out / "summary.csv")
     if len(maximums) > 1:
@@ -94,6 +109,15 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
           f"and {out / 'summary.csv'}",
           file=report)
     return 0
+
+
+def _kept(folder, name, digest):
+    """The Scores of a submission whose record in ``folder`` matches ``digest`` (unchanged), else None."""
+    found = records.read(folder, digest)
+    if found is None:
+        return None
+    score, max_score, protections, grades = found
+    return Scores(name, score, max_score, protections, [Score(*g) for g in grades])
 
 
 def nothing_graded(assignment, cases):

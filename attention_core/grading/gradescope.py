@@ -81,7 +81,9 @@ def write_results(graded, out, *, drawings=None):
     """``out/<name>/results.json`` for one submission (with heatmaps from ``drawings``); returns its folder."""
     folder = out / graded.name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(_dumps(results_json(graded, drawings)), encoding="utf-8")
+    partial = folder / "results.json.partial"  # moved into place whole: an interrupted batch leaves no half
+    partial.write_text(_dumps(results_json(graded, drawings)), encoding="utf-8")
+    partial.replace(folder / "results.json")
     return folder
 
 
