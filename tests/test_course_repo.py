@@ -1,6 +1,7 @@
 """A course's own repository, with a folder named ``cases`` at its root, checked from the project: the
 project's snapshots are the project's alone, told by the folder's identity, never by its name."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -48,8 +49,10 @@ def test_thousands_of_failing_cases_print_a_bounded_report(tmp_path):
                    f"expect: {{out: [0.5, 0.5]}}}}\n" for i in range(400))
     (cases / "f.yaml").write_text("document: {title: T}\ncases:\n" + body)
     run = subprocess.run([sys.executable, "-m", "pytest", f"--cases={cases}", "-m", "case", "-q", "-p", "no:randomly",
-                          "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                          "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                         env={**os.environ, "COLUMNS": "120"})  # the summary's lines are as wide as the terminal
     assert "400 failed" in run.stdout
-    assert run.stdout.count("Values are not close!") == 50  # full reports for the first 50 only
-    assert run.stdout.count("report left out: more than 50 case checks failed") == 350
+    reports = run.stdout.split("short test summary info")[0]  # (the summary's lines may quote a report's start)
+    assert reports.count("Values are not close!") == 50  # full reports for the first 50 only
+    assert reports.count("report left out: more than 50 case checks failed") == 350
     assert len(run.stdout) < 200_000, len(run.stdout)
