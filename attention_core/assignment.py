@@ -120,8 +120,10 @@ def _class_call(cls):
     def call(record, *args, **kwargs):
         if not instances.is_record(record):
             raise TypeError(f"{cls.__name__}: the harness passes an instance record first")
+        state = record[instances.INSTANCE]["state"].values()
+        device = next((t.device for t in state if isinstance(t, torch.Tensor)), torch.device("cpu"))
         with torch.no_grad():  # values only: the backward check makes its own instance
-            return instances.call(instances.implementation_instance(cls, record), record, args, kwargs)
+            return instances.call(instances.implementation_instance(cls, record, device), record, args, kwargs)
     call.cls = cls
     call.__name__ = cls.__name__
     return call

@@ -118,5 +118,6 @@ def _placed(instance, dtype, device, mode):
 
 
 def parameters(instance):
-    """(state_dict name, tensor) of an instance's floating parameters, in their order."""
-    return [(name, p) for name, p in instance.named_parameters() if p.is_floating_point()]
+    """(state_dict name, tensor) of an instance's trainable floating parameters, in their order (a frozen one,
+    ``requires_grad=False``, has no gradient to check)."""
+    return [(name, p) for name, p in instance.named_parameters() if p.is_floating_point() and p.requires_grad]

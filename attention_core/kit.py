@@ -17,6 +17,7 @@ out of the kit (the teacher's grading still has it), and the README says how man
 
 from __future__ import annotations
 
+import copy
 import shutil
 import sys
 import tempfile
@@ -98,18 +99,19 @@ def _kit_file(path, items, assignment, preparation, target):
     for raw_case in tree["cases"]:
         case_items = by_case.get(raw_case.get("id"), [])
         keep_checks = []
-        for raw_check in raw_case["checks"]:
-            item = next((i for i in case_items if i.check.id == raw_check.get("id")), None)
+        for shared in raw_case["checks"]:
+            item = next((i for i in case_items if i.check.id == shared.get("id")), None)
             if item is None or not _visible(item, assignment) or _needs_reference(item, assignment):
                 left += 1
                 continue
+            raw_check = copy.deepcopy(shared)  # a YAML alias may share it with another case: record into a copy
             if _makes_instance(item):
                 _record_instance(raw_check, item, preparation)
             _record_oracles(raw_check, item)
             keep_checks.append(raw_check)
             kept += 1
         if keep_checks:
-            raw_case["checks"][:] = keep_checks
+            raw_case["checks"] = keep_checks
             keep_cases.append(raw_case)
     if keep_cases:
         tree["cases"][:] = keep_cases

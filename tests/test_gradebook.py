@@ -97,3 +97,19 @@ def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_
     rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
     assert rows == {"correct": ["6", "6"], "unscaled": ["6", "6"]}
     assert "graded 2" in grade("--regrade")
+
+
+@pytest.mark.grading
+def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their_own(tmp_path):
+    out = tmp_path / "out"
+    for student in ("alice", "carol"):
+        (tmp_path / student).mkdir()
+        (tmp_path / student / "attention.py").write_bytes((HEAD / "submissions" / "correct.py").read_bytes())
+    for student in ("alice", "carol", "alice"):
+        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+                              str(tmp_path / student / "attention.py"), "--out", str(out)],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+    rows = {row[0] for row in _rows(out / "gradebook.csv")[1:]}
+    assert rows == {"attention", "attention-2"}  # alice's, then carol's; alice again: her own, skipped
+    assert "skipped 1 as unchanged" in run.stderr

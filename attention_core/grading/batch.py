@@ -11,6 +11,7 @@ import csv
 import ctypes
 import gc
 import multiprocessing
+import os
 import queue
 import signal
 import sys
@@ -58,7 +59,7 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
         print(f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
               f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
               file=stream)
-    names = _unique_names(paths)
+    names = _unique_names(paths, out)
     options = dict(assignment=assignment, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
     out.mkdir(parents=True, exist_ok=True)
     key = records.batch_key(_assignment(assignment, cases), {**options, "assignment": str(assignment), "cases": str(cases)})
@@ -82,8 +83,9 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
                     gc.unfreeze()
         else:
             fresh = []
+    sources = {name: os.path.abspath(path) for path, name in zip(paths, names)}
     for one in fresh:
-        records.write(out / one.name, digests[one.name], one)
+        records.write(out / one.name, digests[one.name], one, sources[one.name])
         graded_now[one.name] = one
     scores = [graded_now.get(name) or kept[name] for name in names]
     skipped = len(names) - len(graded_now)
@@ -304,11 +306,13 @@ def _next_done(done, processes):
 RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", ".write-test"}  # the batch's own files in --out
 
 
-def _unique_names(paths):
+def _unique_names(paths, out=None):
     """Each submission's name, the folder of its results in ``--out``: its file name without the extension,
     unless that leaves a name of dots only or one of the batch's own files (``...py``, ``gradebook.csv.py``:
     then the whole file name); a name already taken gets ``-2``, ``-3``, … (so that ``alice.py`` twice and
-    ``alice-2.py`` keep three folders). Never a path: no name reaches outside ``--out``."""
+    ``alice-2.py`` keep three folders). Never a path: no name reaches outside ``--out``. A name whose folder
+    in ``out`` holds another submission's record (an earlier batch's ``alice/attention.py``, where this one
+    grades ``carol/attention.py``) is taken too: a late student never replaces another's row."""
     names, used = [], set()
     for path in paths:
         name = submission_name(path)
@@ -317,7 +321,9 @@ def _unique_names(paths):
         if not name.strip(".") or "/" in name or "\0" in name:
             name = "submission"
         unique, n = name, 1
-        while unique in used or unique in RESERVED:
+        source = os.path.abspath(path)
+        while unique in used or unique in RESERVED or (out is not None and records.source_of(out / unique)
+                                                        not in (None, source)):
             n += 1
             unique = f"{name}-{n}"
         used.add(unique)

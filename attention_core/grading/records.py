@@ -54,15 +54,24 @@ def submission_hash(path, key):
     return digest.hexdigest()
 
 
-def write(folder, digest, scores):
-    """Write ``folder/record.json`` for ``scores`` (a batch.Scores) graded from ``digest``, atomically."""
-    record = {"hash": digest, "name": scores.name, "score": scores.score, "max_score": scores.max_score,
+def write(folder, digest, scores, source):
+    """Write ``folder/record.json`` for ``scores`` (a batch.Scores) graded from ``digest``, the submission at
+    ``source`` (its absolute path: whose folder this is), atomically."""
+    record = {"hash": digest, "source": source, "name": scores.name, "score": scores.score, "max_score": scores.max_score,
               "protections": scores.protections,
               "grades": [[g.check_id, g.score, g.max_score, list(g.mistakes)] for g in scores.grades]}
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / (RECORD + ".partial")
     partial.write_text(json.dumps(record), encoding="utf-8")
     partial.replace(folder / RECORD)
+
+
+def source_of(folder):
+    """The submission whose record ``folder`` holds (its absolute path), or None where there is none."""
+    try:
+        return json.loads((folder / RECORD).read_text(encoding="utf-8")).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def read(folder, digest):

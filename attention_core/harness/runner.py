@@ -262,7 +262,7 @@ def _run(item, functions, device, header, preparation, judge, reference):
         if not judge and not failures:  # a results' structure or dtype already failed: the Result says so
             return values
     failures += _failures(item, values, device, preparation.oracles(item))
-    if check.erratum is not None and not failures:
+    if check.erratum is not None and not failures and reference:  # (a students' kit has no reference to ask)
         stale = _stale_erratum(item, scope, device, reference)
         if stale:  # the erratum note is the case file's: its problem is a case error
             raise _Stop(Status.CASE_ERROR, stale.render())
