@@ -45,7 +45,9 @@ def submissions(folder):
 
 def wall(paths, out, jobs):
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out), "--jobs", str(jobs)],
+    # --regrade: every run grades every submission (an unchanged one would otherwise be skipped by its record)
+    subprocess.run([sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out), "--jobs", str(jobs),
+                    "--regrade"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
