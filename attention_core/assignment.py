@@ -181,7 +181,7 @@ def import_reference(path):
     sys.path.insert(0, str(path.parent))  # its own helper modules import from beside it
     try:
         spec_.loader.exec_module(module)
-    except Exception as err:
+    except (Exception, SystemExit) as err:  # exit() at the end of a script too: the teacher is told, not left
         del sys.modules[name]
         raise AssignmentError(f"{path}: the reference could not be imported: {type(err).__name__}: {err}") from None
     finally:

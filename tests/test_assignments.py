@@ -128,6 +128,9 @@ def test_a_folder_without_reference_or_cases_or_with_a_reference_that_defines_no
     (tmp_path / "reference.py").write_text("raise RuntimeError('broken')\n")
     with pytest.raises(assignments.AssignmentError, match="could not be imported: RuntimeError: broken"):
         assignments.load(tmp_path)
+    (tmp_path / "reference.py").write_text("def f(x):\n    return x\n\nexit()\n")
+    with pytest.raises(assignments.AssignmentError, match="could not be imported: SystemExit"):
+        assignments.load(tmp_path)
 
 
 # ---------------------------------------------------------------- classes in cases

@@ -53,7 +53,8 @@ NAMES = {
     "no_capabilities": "no capabilities, no new privileges",
     "no_user_namespaces": "no new user namespaces (where it would have every capability again)",
     "limits": "limits on CPU time, memory, file size, processes and open files",
-    "seccomp": "the kernel's keyrings, ptrace, bpf, perf events, userfaultfd and module loading refused (seccomp)",
+    "seccomp": "the kernel's keyrings, ptrace, other processes' memory and files, bpf, perf events, userfaultfd "
+               "and module loading refused (seccomp)",
     "cgroup": "one memory and process-count limit for all of its processes together",
     "private_tmp": "a private temporary folder and home",
 }
@@ -292,10 +293,12 @@ def build(plan, protections, privileged):
 REFUSED_CALLS = {
     "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "ptrace": 101, "bpf": 321,
                             "perf_event_open": 298, "userfaultfd": 323, "process_vm_readv": 310,
-                            "process_vm_writev": 311, "init_module": 175, "finit_module": 313, "kexec_load": 246}),
+                            "process_vm_writev": 311, "init_module": 175, "finit_module": 313, "kexec_load": 246,
+                            "pidfd_getfd": 438, "process_madvise": 440}),
     "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "ptrace": 117, "bpf": 280,
                              "perf_event_open": 241, "userfaultfd": 282, "process_vm_readv": 270,
-                             "process_vm_writev": 271, "init_module": 105, "finit_module": 273, "kexec_load": 104}),
+                             "process_vm_writev": 271, "init_module": 105, "finit_module": 273, "kexec_load": 104,
+                             "pidfd_getfd": 438, "process_madvise": 440}),
 }
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
