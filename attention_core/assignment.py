@@ -15,6 +15,7 @@ folder without ``reference.py``: its cases carry every expectation recorded.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -187,6 +188,18 @@ def import_reference(path):
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+def resolve(assignment=None, cases=None):
+    """The Assignment a command was given: an Assignment, an assignment's folder, or None (the built-in one);
+    ``cases``, a folder that replaces its case folder (``--cases``). Raises AssignmentError or SettingsError."""
+    if assignment is None:
+        chosen = default()
+    elif isinstance(assignment, Assignment):
+        chosen = assignment
+    else:
+        chosen = load(assignment)
+    return dataclasses.replace(chosen, cases=Path(cases)) if cases is not None else chosen
 
 
 @functools.cache

@@ -129,13 +129,8 @@ def main(argv=None):
 def chosen_assignment(args):
     """The Assignment the command works on: ``--assignment DIR``, else the built-in one; ``--cases DIR``
     replaces its case folder. Raises ValueError (an AssignmentError or SettingsError) naming the problem."""
-    import dataclasses  # noqa: PLC0415
-
     from attention_core import assignment  # noqa: PLC0415
-    folder = getattr(args, "assignment", None)
-    chosen = assignment.load(folder) if folder is not None else assignment.default()
-    cases = getattr(args, "cases", None)
-    return dataclasses.replace(chosen, cases=cases) if cases is not None else chosen
+    return assignment.resolve(getattr(args, "assignment", None), getattr(args, "cases", None))
 
 
 def _writable_folder(folder):

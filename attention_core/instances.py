@@ -83,11 +83,10 @@ def load_state(instance, state, name, buffers=()):
     buffers = set(buffers)
     state = {k: v for k, v in state.items() if k not in buffers}
     own = dict(instance.named_parameters(remove_duplicate=False))
-    wrong = sorted(set(state) ^ set(own)) or sorted(k for k in state if tuple(own[k].shape) != tuple(state[k].shape))
-    if wrong:
-        missing = [k for k in state if k not in own]
-        extra = [k for k in own if k not in state]
-        shapes = [k for k in state if k in own and tuple(own[k].shape) != tuple(state[k].shape)]
+    missing = [k for k in state if k not in own]
+    extra = [k for k in own if k not in state]
+    shapes = [k for k in state if k in own and tuple(own[k].shape) != tuple(state[k].shape)]
+    if missing or extra or shapes:
         parts = []
         if missing:
             parts.append(f"your {name} has no {_listed(missing)}")

@@ -103,14 +103,9 @@ def new_command(args, out=None):
 
 def _chosen(args):
     """The assignment the command line chose (``--assignment``, ``--cases``), or the built-in one."""
-    chosen = getattr(args, "assignment_loaded", None)
-    if chosen is None:
-        from attention_core.assignment import default  # noqa: PLC0415
-        chosen = default()
-        if getattr(args, "cases", None) is not None:
-            import dataclasses  # noqa: PLC0415
-            chosen = dataclasses.replace(chosen, cases=args.cases)
-    return chosen
+    from attention_core.assignment import resolve  # noqa: PLC0415
+    return getattr(args, "assignment_loaded", None) or resolve(getattr(args, "assignment", None),
+                                                               getattr(args, "cases", None))
 
 
 def _count(n, what):

@@ -22,7 +22,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attention_core.grading import gradescope, records
-from attention_core.grading.grader import Grader, _assignment, sandbox_warning, submission_name
+from attention_core.assignment import resolve
+from attention_core.grading.grader import Grader, sandbox_warning, submission_name
 from attention_core.harness.text import escape, points
 from attention_core.report.figures import Drawings
 from attention_core.report.html import submission_page
@@ -51,7 +52,8 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
         print(f"error: --out {out}: cannot write there ({err.strerror or err}); give a folder this user can "
               f"write to", file=stream)
         return 2
-    problem, broken = nothing_graded(assignment, cases)
+    chosen = resolve(assignment, cases)
+    problem, broken = nothing_graded(chosen)
     if problem:
         print(f"error: {problem}", file=stream)
         return 2
@@ -62,7 +64,7 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     names = _unique_names(paths, out)
     options = dict(assignment=assignment, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
     out.mkdir(parents=True, exist_ok=True)
-    key = records.batch_key(_assignment(assignment, cases), {**options, "assignment": str(assignment), "cases": str(cases)})
+    key = records.batch_key(chosen, {**options, "assignment": str(assignment), "cases": str(cases)})
     digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}
     kept = {} if regrade else {name: _kept(out / name, name, digests[name]) for name in names}
     todo = [(path, name) for path, name in zip(paths, names) if kept.get(name) is None]
@@ -122,13 +124,11 @@ def _kept(folder, name, digest):
     return Scores(name, score, max_score, protections, [Score(*g) for g in grades])
 
 
-def nothing_graded(assignment, cases):
-    """(why no submission could score anything against ``assignment`` (its folder or None) with ``cases``, or
-    None; the case errors, as ``location: message``). Nothing to grade: no case file, no graded check that
+def nothing_graded(chosen):
+    """(why no submission could score anything against the Assignment ``chosen``, or None; the case errors,
+    as ``location: message``). Nothing to grade: no case file, no graded check that
     loads (each names a function the reference does not define...), or a setting that names no check."""
-    from attention_core.grading.grader import _assignment  # noqa: PLC0415
     from attention_core.harness import runner  # noqa: PLC0415
-    chosen = _assignment(assignment, cases)
     items = runner.collect(chosen.cases, chosen)
     graded = [i for i in items if i.error is None and i.check.kind == "call"]
     errors = [i for i in items if i.error is not None]

@@ -9,7 +9,6 @@ tensors in place.
 """
 
 import contextlib
-import dataclasses
 import os
 import tempfile
 import time
@@ -27,11 +26,9 @@ from attention_core.grading.remote import GRADIENT_LIMIT, PROJECTION_SEED, Remot
 from attention_core.harness import compare, runner, tolerance, torch_route
 from attention_core.harness.model import ShapeExpectation
 from attention_core.harness.results import CallFailed, Failure, Result, Status
-from attention_core.harness.text import escape
+from attention_core.harness.text import escape, first_given
 from attention_core.harness.text import points as points_text
 
-BUDGET = assignments.Settings().budget  # seconds a submission may spend in all
-GRADIENT_POINTS = assignments.Settings().gradient_points  # points of each backward check (0: no backward checks)
 SHARE_LIMIT = 1 << 16  # an argument with this many elements or more is stored in the worker server once
 
 
@@ -96,7 +93,7 @@ class Grader:
     """
 
     def __init__(self, cases=None, *, assignment=None, call_timeout=None, budget=None, gradient_points=None):
-        self.assignment = assignment = _assignment(assignment, cases)
+        self.assignment = assignment = assignments.resolve(assignment, cases)
         settings = assignment.settings
         folder = Path(assignment.cases)
         self._locations = runner.locations_relative_to(folder.resolve().parent)  # not the grader's own folders
@@ -260,9 +257,9 @@ class Grader:
         if item.error is not None:  # a case file that does not load: reported, worth nothing
             return [Grade(item.id, item, runner.run(item), 0.0, 0.0)]
         override = self.assignment.settings.override(item.id)
-        points = float(_first(override.points, item.check.points, 1.0))
+        points = float(first_given(override.points, item.check.points, 1.0))
         visibility = override.visibility or item.check.visibility or "visible"
-        gradient_points = float(_first(override.gradient_points, self.gradient_points))
+        gradient_points = float(first_given(override.gradient_points, self.gradient_points))
         source = _source(item)
         refused = self._case_refused(item)
         if refused:  # worth nothing to anyone: no implementation can pass it
@@ -288,8 +285,6 @@ class Grader:
                              f"charged once.")
             return [value]
         backward = self._backward(item, submission, functions, result)
-        if backward is None:
-            return [value]
         score = gradient_points if backward.passed else 0.0
         return [value, Grade(backward.check_id, item, backward, score, gradient_points, visibility, source,
                              call=call)]
@@ -375,19 +370,12 @@ class Grader:
     # ---------------------------------------------------------------- the backward check
 
     def _backward(self, item, submission, functions, value_result):
-        """Differentiable, and leaves its inputs alone: gradients against the float64 torch route."""
+        """Differentiable, and leaves its inputs alone: gradients against the float64 route. Asked only of a
+        check that has one (``_has_backward``) and whose values passed."""
         check_id = f"{item.id}/backward"
         header = f"backward of `{item.check.expr.source}` on cpu, {str(item.case.dtype).removeprefix('torch.')}"
-        if value_result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):
-            return None  # the check itself cannot run: its value result says why
-        if item not in self._sliced:
-            self._sliced[item] = self._backward_call(item)
-        if self._sliced[item] is None:
-            return None
         name, args, kwargs, sliced = self._sliced[item]
         golden = self._golden(item, name, args, kwargs)
-        if golden is None:
-            return None  # no floating input, or no floating output: nothing to differentiate
 
         def result(status, failures=(), message="", details=""):
             return Result(status, check_id, item.location, header, tuple(failures), message, details)
@@ -582,17 +570,7 @@ def _first_link(path):
     return None
 
 
-def _first(*values):
-    return next((v for v in values if v is not None), None)
 
-
-def _assignment(assignment, cases):
-    """The Assignment to grade: given, read from its folder, or the built-in one; ``cases`` replaces its cases."""
-    if assignment is None:
-        assignment = assignments.default()
-    elif not isinstance(assignment, assignments.Assignment):
-        assignment = assignments.load(assignment)
-    return dataclasses.replace(assignment, cases=Path(cases)) if cases is not None else assignment
 
 
 def _source(item):

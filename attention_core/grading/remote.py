@@ -4,7 +4,6 @@
 from attention_core.grading import replies, wire
 from attention_core.harness.results import CallFailed, Status
 
-CALL_TIMEOUT = 5.0  # seconds one call may take
 GRADIENT_LIMIT = 4096  # a floating input larger than this is cut to its leading slice
 PROJECTION_SEED = 0
 

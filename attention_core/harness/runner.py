@@ -258,7 +258,8 @@ def _run(item, functions, device, header, preparation, judge, reference):
             if refused:  # the case's own mistake: no implementation is charged with it
                 raise _Stop(Status.CASE_ERROR, refused) from None
             raise
-        values = _targets(check, scope, outputs, device, case.dtype, failures)
+        values = _targets(check, scope, outputs, device, case.dtype, failures,
+                          graded=(item.file.assignment or assignments.default()).graded)
         if not judge and not failures:  # a results' structure or dtype already failed: the Result says so
             return values
     failures += _failures(item, values, device, preparation.oracles(item))
@@ -403,11 +404,12 @@ def _check_dtypes(result, returns, args, kwargs):
                                         f"(a spec function returns the dtype of its floating inputs)")
 
 
-def _targets(check, scope, outputs, device, dtype, failures=None):
+def _targets(check, scope, outputs, device, dtype, failures=None, graded=None):
     """Each expectation's target: an output by name, or an expression over outputs and inputs.
 
     With ``failures`` given, a target that cannot be evaluated on these outputs is a failure
-    of the check (the implementation returned something the expression cannot take).
+    of the check (the implementation returned something the expression cannot take); its message
+    quotes what ``graded`` (the assignment's graded names) says the called one returns.
     """
     names = {**scope, **outputs}
     values = dict(outputs)
@@ -426,19 +428,18 @@ def _targets(check, scope, outputs, device, dtype, failures=None):
                 raise _Stop(Status.CASE_ERROR, f"line {expectation.line}: the target `{expectation.target}` "
                                                f"could not be evaluated: {err}") from None
             failures.append(Failure(expectation.target, expectation.line, compare.Mismatch(
-                "type", f"could not be evaluated on the result: {err}{_returned(check, expectation, outputs)}")))
+                "type", f"could not be evaluated on the result: {err}{_returned(check, expectation, outputs, graded)}")))
     return values
 
 
-def _returned(check, expectation, outputs, assignment=None):
+def _returned(check, expectation, outputs, graded):
     """What the results an expression read are, beside what the spec says its function returns."""
     seen = [f"`{name}` is {str(outputs[name].dtype).removeprefix('torch.')} of shape {list(outputs[name].shape)}"
             for name in sorted(expectation.expr.names, key=lambda n: (expectation.expr.source.find(n), n))
             if isinstance(outputs.get(name), torch.Tensor)]
     if not seen:
         return ""
-    graded = (assignment or assignments.default()).graded
-    said = graded[check.function].summary if check.function in graded else None
+    said = graded[check.function].summary if graded and check.function in graded else None
     return f" ({'; '.join(seen)}" + (f"; the spec's `{check.function}` returns {said})" if said else ")")
 
 

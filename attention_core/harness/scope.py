@@ -16,7 +16,7 @@ from attention_core.harness import expr
 from attention_core.harness.fields import MAX_CASE_ELEMENTS, FieldError, parse_expression, spec_function
 from attention_core.harness.model import (CallCheck, DrawInput, ExprCheck, ExprInput, LiteralInput,
                                           OracleExpectation, PrintedInput)
-from attention_core.harness.text import quote, shorten
+from attention_core.harness.text import first_given, quote, shorten
 
 
 class Misplaced(Exception):
@@ -32,11 +32,11 @@ def settle(case, context):
     document, defaults = context.get("document"), context.get("defaults")
     source = case.source.under(document) if case.source is not None else document
     dtype = case.dtype or (defaults.dtype if defaults is not None else None) or torch.float32
-    points = _first(case.points, defaults.points if defaults is not None else None)
-    visibility = _first(case.visibility, defaults.visibility if defaults is not None else None)
+    points = first_given(case.points, defaults.points if defaults is not None else None)
+    visibility = first_given(case.visibility, defaults.visibility if defaults is not None else None)
     assignment = context.get("assignment") or _default_assignment()
-    points = _first(points, assignment.settings.points)
-    visibility = _first(visibility, assignment.settings.visibility)
+    points = first_given(points, assignment.settings.points)
+    visibility = first_given(visibility, assignment.settings.visibility)
     known = _inputs(case)
     checks, seen = [], set()
     for i, check in enumerate(case.checks):
@@ -82,10 +82,6 @@ def _graded(check, at, assignment):
         raise Misplaced((*at, "call"), f"the arguments of `{shorten(check.call.source, 60)}` call {quote(unknown[0])}, "
                                        f"which is neither a builtin nor a function of the assignment")
     return entry
-
-
-def _first(*values):
-    return next((v for v in values if v is not None), None)
 
 
 def _inputs(case):
@@ -158,11 +154,11 @@ def _check(check, at, inputs, case_source, case_points, case_visibility, assignm
     if isinstance(check, ExprCheck) and check.points:
         raise Misplaced((*at, "points"), "an 'expr' check is never graded, so it has no points "
                                          "(give points to a graded 'call' check)")
-    points = _first(check.points, case_points, 1.0) if graded else 0.0
+    points = first_given(check.points, case_points, 1.0) if graded else 0.0
     source = check.source.under(case_source) if check.source is not None else case_source
     changes = {"mode": check.mode or assignment.settings.mode} if entry is not None and entry.is_class else {}
     return check.updated({**changes, "returns": tuple(returns), "points": points, "source": source,
-                          "visibility": _first(check.visibility, case_visibility, "visible")})
+                          "visibility": first_given(check.visibility, case_visibility, "visible")})
 
 
 def _differs(check, differs, where, inputs, returns, graded):

@@ -49,6 +49,11 @@ def escape_lines(text):
     return "\n".join(escape(line) for line in str(text).split("\n"))
 
 
+def first_given(*values):
+    """The first of ``values`` that is not None (a setting's most specific source), else None."""
+    return next((v for v in values if v is not None), None)
+
+
 def points(x):
     """A score as results.json, the gradebook and a report show it: an int when whole, else 6 decimals."""
     return int(x) if float(x).is_integer() else round(float(x), 6)
