@@ -90,8 +90,9 @@ class Assignment:
         checks, load errors included)."""
         if self.folder is None or not self.settings.checks:
             return []
-        from attention_core.settings import unknown_checks  # noqa: PLC0415
-        return unknown_checks(Path(self.folder) / SETTINGS_FILE, self.settings, [i.id for i in items])
+        from attention_core.settings import PROPERTY_KINDS, unknown_checks  # noqa: PLC0415
+        known = [i.id for i in items] + [f"properties/{name}/{kind}" for name in self.graded for kind in PROPERTY_KINDS]
+        return unknown_checks(Path(self.folder) / SETTINGS_FILE, self.settings, known)
 
     def returns(self, name):
         return self.graded[name].returns

@@ -86,6 +86,9 @@ def main(argv=None):
     grade.add_argument("--gradient-points", type=float, default=None, metavar="P",
                        help="points of each backward (gradient and side-effect) check; 0 switches them off "
                             "(default: the assignment's, 1)")
+    grade.add_argument("--property-points", type=float, default=None, metavar="P",
+                       help="points of each property check (docs/properties.md); 0 switches them off "
+                            "(default: the assignment's, 1)")
     add_authoring_commands(commands, common)
     args = parser.parse_args(argv)
     try:
@@ -118,7 +121,8 @@ def main(argv=None):
         from attention_core.grading.batch import grade_command  # noqa: PLC0415
         return grade_command(args.submissions, args.out, assignment=getattr(args, "assignment", None),
                              cases=getattr(args, "cases", None), jobs=args.jobs, call_timeout=args.timeout,
-                             budget=args.budget, gradient_points=args.gradient_points, regrade=args.regrade)
+                             budget=args.budget, gradient_points=args.gradient_points,
+                             property_points=args.property_points, regrade=args.regrade)
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])

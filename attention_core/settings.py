@@ -1,7 +1,8 @@
 """An assignment's settings, ``assignment.yaml``: what a teacher sets once for the whole assignment.
 
 Every key is optional; without the file the defaults below hold (every case visible, one point a
-check, one point a backward check, 5 s a call, 60 s a submission, modules in ``eval`` mode).
+check, one point a backward check, one point a property, 5 s a call, 60 s a submission, modules in
+``eval`` mode).
 Validated like case files: a declared model, a JSON Schema (``python -m attention_core.settings``)
 and each problem at its file:line:column.
 """
@@ -21,7 +22,9 @@ from attention_core.harness import yaml_lines
 from attention_core.harness.fields import MAX_POINTS, VISIBILITIES
 from attention_core.harness.text import escape, shorten
 
-CALL_TIMEOUT, BUDGET, POINTS, GRADIENT_POINTS = 5.0, 60.0, 1.0, 1.0
+CALL_TIMEOUT, BUDGET, POINTS, GRADIENT_POINTS, PROPERTY_POINTS = 5.0, 60.0, 1.0, 1.0, 1.0
+PROPERTY_KINDS = ("rows_sum_to_one", "causal", "permutation", "permutation_rows", "shift", "one_head", "split_merge",
+                  "constant", "moments", "batched", "large_inputs", "deterministic")
 Points = Annotated[float, Field(ge=0, le=MAX_POINTS, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
@@ -54,6 +57,10 @@ class Settings(BaseModel):
     budget: Seconds = Field(BUDGET, description="seconds one submission may take in all")
     mode: Literal["eval", "train"] = Field("eval", description="the mode a module is called in, unless a case "
                                                                 "says 'mode'")
+    property_points: Points = Field(PROPERTY_POINTS, description="points of each property check (0: none)")
+    properties: dict[Identifier, list[Literal[PROPERTY_KINDS]]] = Field(
+        default_factory=dict, description="per graded name, the properties it is checked for (default: every "
+                                          "one its reference holds; [] for none)")
     checks: dict[Annotated[str, Field(max_length=400)], Override] = Field(
         default_factory=dict, description="per file, case or check: points, gradient_points, visibility")
 

@@ -2,10 +2,11 @@
 
 Usage: python benchmarks/grading.py [--jobs N] [--runs N] [--no-loop]
 Prints the marginal rate (23 submissions over the difference of the two batches' walls, so the
-start-up both pay is excluded; goal: at least 8 submissions/s), the 25-batch's whole wall, and
-the ratio of a fresh-interpreter-per-submission loop's wall to the 25-batch's. The submissions
-are the library's first 18 mutants, the reference, the correct styles of tests/implementations.py, the
-untouched template and one that fails at import. Gradient checks are on.
+start-up both pay is excluded; goal: at least 8 submissions/s), with property checks on and off,
+measured side by side (their ratio: goal at least 0.9), the 25-batch's whole wall, and the ratio of
+a fresh-interpreter-per-submission loop's wall to the 25-batch's. The submissions are the library's
+first 18 mutants, the reference, the correct styles of tests/implementations.py, the untouched
+template and one that fails at import. Gradient checks are on.
 """
 
 import argparse
@@ -43,11 +44,11 @@ def submissions(folder):
     return paths
 
 
-def wall(paths, out, jobs):
+def wall(paths, out, jobs, extra=()):
     start = time.perf_counter()
     # --regrade: every run grades every submission (an unchanged one would otherwise be skipped by its record)
     subprocess.run([sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out), "--jobs", str(jobs),
-                    "--regrade"],
+                    "--regrade", *extra],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
@@ -62,15 +63,25 @@ def main():
         scratch = Path(scratch)
         paths = submissions(scratch)
         assert len(paths) == 25, len(paths)
-        walls25, walls2 = [], []
-        for _ in range(args.runs):  # alternate, so that machine noise hits both alike
-            walls25.append(wall(paths, scratch / "out25", args.jobs))
-            walls2.append(wall(paths[:2], scratch / "out2", args.jobs))
+        walls = {"on": ([], []), "off": ([], [])}
+        off = ("--property-points", "0")
+        for _ in range(args.runs):  # alternate, so that machine noise hits all alike
+            for mode, extra in (("on", ()), ("off", off)):
+                walls[mode][0].append(wall(paths, scratch / f"out25{mode}", args.jobs, extra))
+                walls[mode][1].append(wall(paths[:2], scratch / f"out2{mode}", args.jobs, extra))
         loop = None if args.no_loop else sum(wall([p], scratch / "one", 1) for p in paths)
-    w25, w2 = statistics.median(walls25), statistics.median(walls2)
-    print(f"25 submissions : {w25:.2f} s (median of {args.runs}, --jobs {args.jobs})")
-    print(f" 2 submissions : {w2:.2f} s")
-    print(f"marginal rate  : {23 / (w25 - w2):.1f} submissions/s (goal >= 8)")
+    rates = {}
+    for mode, (walls25, walls2) in walls.items():
+        w25, w2 = statistics.median(walls25), statistics.median(walls2)
+        rates[mode] = [23 / (a - b) for a, b in zip(walls25, walls2)]
+        print(f"properties {mode:3s}: 25 submissions {w25:.2f} s, 2 submissions {w2:.2f} s (medians of {args.runs}, "
+              f"--jobs {args.jobs})")
+        print(f"  marginal rate  : {23 / (w25 - w2):.1f} submissions/s (goal >= 8); per run: "
+              f"{', '.join(f'{r:.1f}' for r in rates[mode])}")
+    ratios = [a / b for a, b in zip(rates["on"], rates["off"])]
+    print(f"rate with properties / without: {statistics.median(ratios):.2f} (median of the runs' ratios; goal >= 0.9;"
+          f" per run: {', '.join(f'{r:.2f}' for r in ratios)})")
+    w25 = statistics.median(walls["on"][0])
     if loop is not None:
         print(f"one process per submission: {loop:.2f} s for 25, {loop / w25:.1f}x the batch's wall")
 

@@ -71,7 +71,7 @@ def test_a_batch_of_zips_grades_the_good_ones_and_refuses_the_hostile_with_rows_
     with zipfile.ZipFile(subs / "mallory.zip", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("attention.py", b"#" * (archives.MAX_BYTES + 1))
     out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
                           *map(str, sorted(subs.iterdir())), "--out", str(out)], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -209,7 +209,7 @@ def test_the_spec_check_of_an_assignment_prints_the_table_all_passed():
 @pytest.mark.grading
 def test_a_batch_of_book_submissions_is_graded_with_the_credit_of_each_class(tmp_path):
     out = tmp_path / "out"
-    run = cli("grade", "--assignment", BOOK, *sorted((BOOK / "submissions").iterdir()), "--out", out, "--jobs", "2")
+    run = cli("grade", "--property-points", "0", "--assignment", BOOK, *sorted((BOOK / "submissions").iterdir()), "--out", out, "--jobs", "2")
     assert run.returncode == 0, run.stderr[-2000:]
     scores = {line.split()[0]: line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"mask_after_softmax": ["8", "/", "12"], "notebook": ["12", "/", "12"],
@@ -242,11 +242,11 @@ def test_grading_with_nothing_to_grade_is_an_error_never_zero_of_zero(tmp_path):
                                              "    checks:\n      - {id: k, call: g(x), expect: {out: [1.0]}}\n")
     submission = tmp_path / "s.py"
     submission.write_text("def f(x):\n    return x\n")
-    run = cli("grade", submission, "--assignment", folder, "--out", tmp_path / "out")
+    run = cli("grade", "--property-points", "0", submission, "--assignment", folder, "--out", tmp_path / "out")
     assert run.returncode == 2 and "no graded check loads (1 case error; the first:" in run.stderr, run.stderr
     assert "unknown function 'g'" in run.stderr and " / " not in run.stdout
     (folder / "reference.py").write_text("import torch\n")
-    run = cli("grade", submission, "--assignment", folder, "--out", tmp_path / "out")
+    run = cli("grade", "--property-points", "0", submission, "--assignment", folder, "--out", tmp_path / "out")
     assert run.returncode == 2 and "defines no public function or nn.Module class" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
 
@@ -319,7 +319,7 @@ def test_the_gradescope_bundle_carries_the_assignment(tmp_path):
 
 @pytest.mark.grading
 def test_the_head_example_grades_its_correct_and_its_wrong_submission(tmp_path):
-    run = cli("grade", "--assignment", HEAD, HEAD / "submissions" / "correct.py", HEAD / "submissions" / "unscaled.py",
+    run = cli("grade", "--property-points", "0", "--assignment", HEAD, HEAD / "submissions" / "correct.py", HEAD / "submissions" / "unscaled.py",
               "--out", tmp_path / "out")
     assert run.returncode == 0, run.stderr[-2000:]
     scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
@@ -340,7 +340,7 @@ def test_a_module_in_train_mode_draws_its_dropout_as_the_notebook_did(tmp_path):
         "    checks:\n      - id: k\n        mode: train\n        call: Head(8, 4, 0.5)(x, x, x)\n"
         f"        expect: {{out: {{values: {json.dumps(expected)}, rtol: 1.0e-6, atol: 1.0e-6}}}}\n")
     assert cli("--assignment", folder).returncode == 0
-    run = cli("grade", "--assignment", folder, HEAD / "submissions" / "correct.py", "--out", tmp_path / "out")
+    run = cli("grade", "--property-points", "0", "--assignment", folder, HEAD / "submissions" / "correct.py", "--out", tmp_path / "out")
     scores = {line.split()[0]: line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
     assert run.returncode == 0 and scores == {"correct": ["2", "/", "2"]}, run.stdout + run.stderr[-2000:]
 
@@ -402,7 +402,7 @@ def test_buffers_are_the_students_own_so_a_wrong_mask_shows_and_another_conventi
                            'torch.ones(block, block, dtype=torch.bool)')
     (tmp_path / "blocked.py").write_text(blocked)
     (tmp_path / "wrong.py").write_text(wrong)
-    run = cli("grade", "--assignment", folder, tmp_path / "blocked.py", tmp_path / "wrong.py", "--out", tmp_path / "o")
+    run = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "blocked.py", tmp_path / "wrong.py", "--out", tmp_path / "o")
     scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"blocked": "4", "wrong": "2"}, run.stdout + run.stderr[-1500:]
 
@@ -411,7 +411,7 @@ def test_buffers_are_the_students_own_so_a_wrong_mask_shows_and_another_conventi
 def test_a_check_the_case_cannot_compute_is_worth_nothing_to_anyone_and_charged_to_no_one(tmp_path):
     folder = _masked_assignment(tmp_path / "a", oracle="self.nothing.weight")
     (tmp_path / "s.py").write_text(MASKED)
-    run = cli("grade", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
+    run = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
     assert run.returncode == 0 and _scores(run) == {"s": "2"}, run.stdout + run.stderr[-1500:]
     results = json.loads((tmp_path / "o" / "s" / "results.json").read_text())
     broken = next(t for t in results["tests"] if t["name"] == "m/c/v")
@@ -426,7 +426,7 @@ def test_a_setting_that_names_no_check_is_an_error_at_its_line(tmp_path):
     assert lint.returncode == 1 and f"{folder / 'assignment.yaml'}:3:3: error: checks: 'm/c/kk' names no file, case " \
         "or check of the assignment's cases; did you mean 'm/c/k'?" in lint.stdout, lint.stdout
     (tmp_path / "s.py").write_text(MASKED)
-    grade = cli("grade", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
+    grade = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
     assert grade.returncode == 2 and "'m/c/kk' names no file, case or check" in grade.stderr
     assert cli("--assignment", folder).returncode == 1
 
@@ -445,7 +445,7 @@ def test_a_folder_of_several_files_is_graded_by_the_one_that_defines_the_graded_
     submission.mkdir()
     (submission / "helpers.py").write_text("def scale(x):\n    return x\n")
     (submission / "solution.py").write_text((HEAD / "submissions" / "correct.py").read_text())
-    run = cli("grade", "--assignment", HEAD, submission, "--out", tmp_path / "o")
+    run = cli("grade", "--property-points", "0", "--assignment", HEAD, submission, "--out", tmp_path / "o")
     assert _scores(run) == {"alice": "6"}, run.stdout + run.stderr[-1500:]
 
 
@@ -462,7 +462,7 @@ def test_a_script_that_ends_in_exit_is_graded_and_one_that_does_not_import_is_to
     correct = (HEAD / "submissions" / "correct.py").read_text()
     (tmp_path / "exits.py").write_text(correct + "\nexit()\n")
     (tmp_path / "raises.py").write_text("raise RuntimeError('not done yet')\n" + correct)
-    run = cli("grade", "--assignment", HEAD, tmp_path / "exits.py", tmp_path / "raises.py", "--out", tmp_path / "o")
+    run = cli("grade", "--property-points", "0", "--assignment", HEAD, tmp_path / "exits.py", tmp_path / "raises.py", "--out", tmp_path / "o")
     assert _scores(run) == {"exits": "6", "raises": "0"}, run.stdout + run.stderr[-1500:]
     results = json.loads((tmp_path / "o" / "raises" / "results.json").read_text())
     assert results["output"].startswith("0 of 6 points.") and "RuntimeError: not done yet" in results["output"]
@@ -496,6 +496,6 @@ def test_a_frozen_parameter_or_a_reference_without_float64_never_ends_the_batch(
         "      - {id: s, call: \"Scaled(3)(x)\", expect: {out: \"torch.Size([2, 3])\"}}\n"
         "      - {id: m, call: mix(x), expect: {out: \"torch.Size([2, 3])\"}}\n")
     (tmp_path / "s.py").write_text((folder / "reference.py").read_text())
-    run = cli("grade", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
+    run = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert _scores(run)["s"] == "3", run.stdout  # Scaled: values and gradients (not the frozen table); mix: values

@@ -46,7 +46,7 @@ def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):
 def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_path):
     out = tmp_path / "out"
     for submission in ("correct.py", "unscaled.py"):
-        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
                               str(HEAD / "submissions" / submission), "--out", str(out)],
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
@@ -82,7 +82,7 @@ def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_
         (subs / name).write_bytes((HEAD / "submissions" / name).read_bytes())
 
     def grade(*extra):
-        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
                               str(subs / "correct.py"), str(subs / "unscaled.py"), "--out", str(out), *extra],
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
@@ -106,7 +106,7 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
         (tmp_path / student).mkdir()
         (tmp_path / student / "attention.py").write_bytes((HEAD / "submissions" / "correct.py").read_bytes())
     for student in ("alice", "carol", "alice"):
-        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
                               str(tmp_path / student / "attention.py"), "--out", str(out)],
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]

@@ -170,7 +170,7 @@ def test_a_hanging_function_costs_one_time_limit_and_the_rest_is_graded(batch):
     # softmax hangs, and so do attention and multi_head_attention, whose reference code calls it:
     # each is waited for once, then not called again.
     waited = [t for t in failed if "not called again" not in t["output"]]
-    assert 1 <= len(waited) <= 3 < len(failed)
+    assert 1 <= len(waited) <= 3 < len(failed), [(t["name"], t["output"][-300:]) for t in waited]
     assert result["execution_time"] < 30
     assert result["score"] > 0  # layer_norm, causal_average, the masks and heads keep their points
 
@@ -241,7 +241,7 @@ def test_a_reply_already_judged_for_a_check_gets_the_same_result_and_a_different
     files = {"a": REFERENCE, "b": REFERENCE, "c": mutants.submission_source(no_scale)}
     for name, text in files.items():
         (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
-    with Grader() as grader:
+    with Grader(property_points=0) as grader:  # (a property's calls are judged on their own: properties.py)
         a, b, c = (grader.grade(tmp_path / f"{name}.py") for name in files)
     assert a.score == b.score == a.max_score and c.score < c.max_score
     shared = [ga.check_id for ga, gb in zip(a.grades, b.grades) if gb.result is ga.result]

@@ -58,7 +58,7 @@ def graded(tmp_path_factory):
     for name, extra in SOURCES.items():
         paths.append(folder / f"{name}.py")
         paths[-1].write_text(open(base, encoding="utf-8").read() + extra, encoding="utf-8")
-    with Grader(folder / "cases") as grader:
+    with Grader(folder / "cases", property_points=0) as grader:  # the rules of properties: test_properties.py
         return {g.name: {x.check_id: (x.score, x.max_score, x) for x in g.grades} for g in grader.grade_each(paths)}
 
 

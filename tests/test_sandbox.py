@@ -175,7 +175,8 @@ def test_a_harmful_submission_fails_its_checks_with_a_clear_reason(batch, name, 
 
 def test_a_rigged_tensor_subclass_is_judged_by_its_values_and_never_unpickled(batch):
     _, (_, results, escaped, _) = batch
-    softmax = [t for t in results["rigged_subclass"]["tests"] if "softmax" in t["name"]]
+    softmax = [t for t in results["rigged_subclass"]["tests"] if "softmax" in t["name"]
+               and not t["name"].startswith("properties/")]  # (a relation between its values may hold)
     assert softmax and all(t["status"] == "failed" for t in softmax if not t["name"].endswith("/backward"))
     assert escaped == []
 

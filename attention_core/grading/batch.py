@@ -33,7 +33,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
 def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeout=None, budget=None,
-                  gradient_points=None, regrade=False, stream=None, report=None):
+                  gradient_points=None, property_points=None, regrade=False, stream=None, report=None):
     """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one);
     print one line per submission (to ``report``, stdout by default: the score table a teacher may redirect),
     the progress bar and warnings to ``stream`` (stderr). Exit 0 whenever grading completed; 2 when there is
@@ -62,7 +62,8 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
               f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
               file=stream)
     names = _unique_names(paths, out)
-    options = dict(assignment=assignment, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points)
+    options = dict(assignment=assignment, call_timeout=call_timeout, budget=budget, gradient_points=gradient_points,
+                   property_points=property_points)
     out.mkdir(parents=True, exist_ok=True)
     key = records.batch_key(chosen, {**options, "assignment": str(assignment), "cases": str(cases)})
     digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}

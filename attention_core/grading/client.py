@@ -268,6 +268,49 @@ class Submission:
         """
         return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep, reuse)
 
+    def call_all(self, calls, *, timeout=5.0, reuse=None):
+        """Make ``calls`` ((name, args, kwargs) each) one after another in one round trip: their CallOutcomes in
+        order. ``timeout`` holds for them all; where the process timed out or died, every call not answered
+        has that outcome. ``reuse``: as for :meth:`call` (the request is encoded once per worker)."""
+        calls = [(n, a, k) for n, a, k in calls if n in self._worker.names]
+        if not calls:
+            return []
+        if self._closed:
+            raise ValueError(f"the submission {self.path} is closed")
+        if self.start().status != OK:
+            return [CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")] * len(calls)
+        request = {"op": "calls", "name": "", "grad_seed": None, "keep": None,
+                   "calls": [{"name": n, "args": list(a), "kwargs": dict(k)} for n, a, k in calls]}
+        data = self._worker._encoded(request, self._shared, reuse)
+        if self._ahead is not None:  # a call sent ahead: its reply first, kept for when it is made
+            sent, start, pending = self._ahead
+            self._ahead = None
+            self._early[sent] = self._finish(sent, start, pending, timeout, ahead=False)
+        if self.budget_left <= 0:
+            return [self._spent_outcome()] * len(calls)
+        if self._pid is None:
+            self._spawn()
+        if not self._ready:
+            hello, _, problem = self._hello(min(self._worker.import_timeout, self.budget_left))
+            if hello is None or hello["status"] != OK:
+                self._end()
+                return [CallOutcome(CRASHED, message=f"the submission did not import again: {problem or ''}")] * \
+                    len(calls)
+        outcome = self._finish(data, time.monotonic(), memoryview(data), timeout, ahead=False)
+        if outcome.status != OK:
+            return [dataclasses.replace(outcome, output="")] * len(calls)
+        found = []
+        for reply in outcome.value if isinstance(outcome.value, list) else ():
+            try:
+                found.append(checked_outcome(reply))
+            except (KeyError, TypeError, ValueError) as e:
+                found.append(CallOutcome(CRASHED, message=f"the submission's process sent a malformed reply: {e}"))
+        missing = CallOutcome(CRASHED, message="the submission's process sent no reply for this call")
+        found += [missing] * (len(calls) - len(found))
+        if found and outcome.output:
+            found[0].output = outcome.output
+        return found[:len(calls)]
+
     def ahead(self, name, args=(), kwargs=None, *, projection_seed=None, keep=None, reuse=None):
         """Say which call comes next (as :meth:`call`, or :meth:`call_grad` with a ``projection_seed``).
 

@@ -55,8 +55,8 @@ class Diagnoser:
         """Fill ``diagnosis`` on every failed grade of a graded submission."""
         passed = {g.check_id for g in graded.grades if g.result.passed}
         for grade in graded.grades:
-            if grade.result.passed or grade.item.error is not None:
-                continue
+            if grade.result.passed or grade.item.error is not None or grade.check_id.startswith("properties/"):
+                continue  # a property's failure names itself
             if grade.check_id.endswith("/backward"):
                 values_right = grade.check_id.removesuffix("/backward") in passed
                 grade.diagnosis = self._backward(grade.item, grade.result, values_right)
@@ -158,6 +158,7 @@ def _name_failing_parts(grades, calls=CALLS):
     multi_head_attention built on the student's own wrong attention fails where attention does)."""
     def failing(grade):
         return grade.item.error is None and not grade.check_id.endswith("/backward") and \
+            not grade.check_id.startswith("properties/") and \
             _ran_wrong(grade.result, grade.item.check.function)
     wrong = {g.item.check.function for g in grades if failing(g)}
     for grade in grades:

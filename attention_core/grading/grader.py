@@ -20,7 +20,7 @@ import torch
 
 from attention_core import assignment as assignments
 from attention_core import instances
-from attention_core.grading import archives, client, feedback, notebooks, replies, sandbox, wire
+from attention_core.grading import archives, client, feedback, notebooks, properties, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser, calls_of, leading_slice
 from attention_core.grading.remote import GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
 from attention_core.harness import compare, runner, tolerance, torch_route
@@ -92,7 +92,8 @@ class Grader:
     folder of case files for it. A time limit or gradient points given here win over the assignment's.
     """
 
-    def __init__(self, cases=None, *, assignment=None, call_timeout=None, budget=None, gradient_points=None):
+    def __init__(self, cases=None, *, assignment=None, call_timeout=None, budget=None, gradient_points=None,
+                 property_points=None):
         self.assignment = assignment = assignments.resolve(assignment, cases)
         settings = assignment.settings
         folder = Path(assignment.cases)
@@ -101,6 +102,8 @@ class Grader:
         self.call_timeout = settings.call_timeout if call_timeout is None else call_timeout
         self.budget = settings.budget if budget is None else budget
         self.gradient_points = settings.gradient_points if gradient_points is None else gradient_points
+        self.property_points = settings.property_points if property_points is None else property_points
+        self._probes = None  # the assignment's properties (made on first use: the reference is run for them)
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         # The mutant library names mistakes of the built-in spec's functions only.
         self.diagnoser = Diagnoser(self.preparation) if assignment.builtin else Diagnoser(
@@ -222,6 +225,7 @@ class Grader:
                 if following is not None and functions is not None:
                     self._say_next(following, functions)
                 graded.grades += self._grade_item(item, submission, functions, problem)
+            graded.grades += self._property_grades(submission, functions, problem)
         except BaseException:
             if submission is not None:
                 submission.close()
@@ -366,6 +370,79 @@ class Grader:
         if key not in self._judged:
             self._judged[key] = judge()
         return self._judged[key]
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def probes(self):
+        """The assignment's properties (see properties.py), made once per grader."""
+        if self._probes is None:
+            runnable = [i for i in self.items if i.error is None and not self._case_refused(i)]
+            self._probes = properties.probes(self.assignment, runnable, self.preparation, self.property_points)
+        return self._probes
+
+    def _property_grades(self, submission, functions, problem):
+        """A grade per property: every property's calls made in one round trip (a second one for the calls
+        made from the first's results), then each relation judged here."""
+        probes = self.probes
+        if not probes:
+            return []
+        values = {}
+        if functions is None or submission.status != replies.OK:
+            failed = CallFailed(Status.IMPLEMENTATION_ERROR, problem.split("\n")[0] or "the submission did not import")
+        else:
+            failed = None
+            self._make_property_calls([c for p in probes for c in p.calls], submission, functions, values, "properties")
+            more = properties.second_calls(probes, values)
+            if more:
+                self._make_property_calls(more, submission, functions, values, None)
+        grades = []
+        for probe in probes:
+            why, broken = (failed.status, failed.message) if failed is not None else probe.verdict(values)
+            item = properties.PropertyItem(probe)
+            status = Status.PASSED if broken is None else why or Status.FAILED
+            result = Result(status, probe.id, item.location, f"property: {probe.title}", message=broken or "")
+            override = self.assignment.settings.override(probe.id)
+            grades.append(Grade(probe.id, item, result, probe.points if broken is None else 0.0, probe.points,
+                                override.visibility or self.assignment.settings.visibility, "property",
+                                call=self._property_call_text(probe)))
+        return grades
+
+    def _make_property_calls(self, calls, submission, functions, values, reuse):
+        """Make ``calls`` (each once, in order) and put each one's value, or CallFailed, in ``values``."""
+        unique = list({id(c): c for c in calls}.values())
+        asked = []
+        for call in unique:
+            if call.name in functions.timed_out:
+                values[call] = CallFailed(Status.TIMEOUT, f"`{call.name}` timed out earlier (not called again)")
+            elif call.name not in submission.names:
+                values[call] = CallFailed(Status.NOT_IMPLEMENTED, f"the implementation has no `{call.name}`")
+            else:
+                asked.append(call)
+        outcomes = submission.call_all([(c.name, c.args, c.kwargs) for c in asked], timeout=self.call_timeout,
+                                       reuse=reuse)
+        names = list(dict.fromkeys(c.name for c in asked))
+        if len(names) > 1 and outcomes and outcomes[0].status in (replies.TIMEOUT, replies.CRASHED):
+            # One call hung or killed the process: each name's calls again on their own, so that it is that
+            # name's properties alone that fail.
+            by_name = {}
+            for name in names:
+                mine = [c for c in asked if c.name == name]
+                by_name.update(zip(map(id, mine), submission.call_all([(c.name, c.args, c.kwargs) for c in mine],
+                                                                      timeout=self.call_timeout)))
+            outcomes = [by_name[id(c)] for c in asked]
+        for call, outcome in zip(asked, outcomes):
+            try:
+                values[call] = functions.value(call.name, outcome)
+            except CallFailed as failed:
+                values[call] = failed
+
+    def _property_call_text(self, probe):
+        if probe.id not in self._call_texts:
+            call = probe.parts[0].base.call if probe.parts and probe.parts[0].base is not None else None
+            self._call_texts[probe.id] = "" if call is None else feedback.call_text(
+                self.assignment.graded.get(call.name), call.name, call.args, call.kwargs)
+        return self._call_texts[probe.id]
 
     # ---------------------------------------------------------------- the backward check
 

@@ -349,6 +349,13 @@ class Child:
         return [line for entry in traceback.format_list(kept) for line in entry.rstrip("\n").split("\n")]
 
     def handle(self, message):
+        if message.get("op") == "calls":  # several calls in one round trip: their replies in a list
+            replies = []
+            for one in message["calls"]:
+                replies.append(self.handle({**one, "grad_seed": None, "keep": None}))
+                if replies[-1]["status"] == "crashed":
+                    return replies[-1]
+            return {"status": "ok", "value": replies, "mutated": []}
         torch = self.torch
         name, args, kwargs, seed = message["name"], list(message["args"]), message["kwargs"], message["grad_seed"]
         fn = self.lookup(name)

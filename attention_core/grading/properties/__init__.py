@@ -1,0 +1,212 @@
+"""Properties: what every right answer does, checked beside the worked examples.
+
+A property is a relation between calls of one graded name (a metamorphic relation): the same call
+twice gives the same result; a batch gives what its items give one at a time; an output does not
+change when later tokens change; permuting the tokens permutes the output; each row of the weights
+sums to 1; large inputs still give finite results; and, for the built-in spec, softmax ignores a
+constant added to a row, one head is plain attention, merging the split gives back the input, layer
+norm gives mean 0 and variance 1.
+
+Each is checked on inputs made once per assignment from a fixed seed (the same for every student
+and every regrade): for the built-in spec, shapes chosen to catch what worked examples miss (Tq !=
+Tk, one token, an odd number of heads, large scores); for a teacher's names, the arguments of its
+own graded checks, changed as the relation needs. A property applies to a name only where the
+reference itself holds it on those inputs, so a right answer cannot fail it; ``assignment.yaml``
+lists the ones a name gets (``properties:``) and sets their points (``property_points``, or per
+property under ``checks:``). The calls of all of a submission's properties go out in one round trip
+(a second one only for a relation that feeds one call's result to another: split, then merge).
+"""
+
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from attention_core import instances
+from attention_core.grading.properties.model import (  # noqa: F401 (the room's interface)
+    PREFIX,
+    Base,
+    Broken,
+    Call,
+    Part,
+    Probe,
+    PropertyItem,
+    second_calls,
+)
+from attention_core.grading.properties.relations import GENERIC, KINDS
+from attention_core.harness.results import CallFailed, Status
+
+SEED = 20240917  # the inputs' draws: fixed, so every student and every regrade gets the same
+BASES_PER_NAME = 2  # a teacher's name: the arguments of this many of its graded checks
+
+
+# ---------------------------------------------------------------------------------------- the input sets
+
+
+def builtin_bases():
+    """name -> [(Base, kinds)]: the built-in spec's input sets, each with the properties checked on it."""
+    g = torch.Generator().manual_seed(SEED)
+
+    def r(*shape, scale=1.0):
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).float()
+
+    one = ("out",)
+    pair = ("output", "weights")
+    mask5 = torch.ones(5, 5, dtype=torch.bool).tril()
+    q, k, v = r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)
+    x6 = r(2, 5, 6)
+    w = [r(6, 6, scale=0.5) for _ in range(3)]
+    found = {
+        "softmax": [
+            (Base(Call("softmax", (r(2, 3, 5, scale=3.0),)), (0,), one, "x: float32 (2, 3, 5)"),
+             ("rows_sum_to_one", "shift", "batched", "large_inputs", "deterministic")),
+            (Base(Call("softmax", (r(1, 1),)), (0,), one, "x: one element"), ("rows_sum_to_one",)),
+        ],
+        "causal_average": [
+            (Base(Call("causal_average", (r(2, 5, 3),)), (0,), one, "x: float32 (2, 5, 3)"),
+             ("causal", "constant", "batched", "deterministic")),
+            (Base(Call("causal_average", (r(1, 4),)), (0,), one, "x: one token"), ("deterministic",)),
+        ],
+        "attention": [
+            (Base(Call("attention", (q, k, v)), (0, 1, 2), pair, "Tq = 3 queries, Tk = 5 keys, no mask"),
+             ("rows_sum_to_one", "permutation", "shift", "batched", "large_inputs", "deterministic")),
+            (Base(Call("attention", (r(2, 5, 4), r(2, 5, 4), r(2, 5, 3)), {"mask": mask5}), (0, 1, 2), pair,
+                  "5 tokens, causal mask"), ("causal", "rows_sum_to_one")),
+            (Base(Call("attention", (r(1, 4), r(1, 4), r(1, 2))), (0, 1, 2), pair, "one token"),
+             ("rows_sum_to_one",)),
+        ],
+        "split_heads": [
+            (Base(Call("split_heads", (x6, 3)), (0,), one, "x: float32 (2, 5, 6), 3 heads"),
+             ("split_merge", "permutation_rows", "batched", "deterministic")),
+        ],
+        "merge_heads": [
+            (Base(Call("merge_heads", (r(2, 3, 5, 2),)), (0,), one, "x: float32 (2, 3, 5, 2)"),
+             ("permutation_rows", "batched", "deterministic")),
+        ],
+        "multi_head_attention": [
+            (Base(Call("multi_head_attention", (x6, *w, 3)), (0,), pair, "x: float32 (2, 5, 6), 3 heads, no mask"),
+             ("one_head", "permutation", "rows_sum_to_one", "batched", "deterministic")),
+            (Base(Call("multi_head_attention", (x6, *w, 3), {"mask": mask5}), (0,), pair, "5 tokens, 3 heads, "
+                  "causal mask"), ("causal", "one_head")),
+        ],
+        "layer_norm": [
+            (Base(Call("layer_norm", (r(2, 5, 6, scale=4.0) + 3,)), (0,), one, "x: float32 (2, 5, 6)"),
+             ("moments", "batched", "deterministic")),
+        ],
+    }
+    return found
+
+
+def teacher_bases(assignment, items, preparation):
+    """name -> [(Base, kinds)] of a teacher's assignment: each graded name's first graded checks' arguments
+    (a class called in eval mode), with every generic property."""
+    found = {}
+    for item in items:
+        if item.error is not None or item.check.kind != "call":
+            continue
+        name = item.check.function
+        if name not in assignment.graded or len(found.get(name, [])) >= BASES_PER_NAME:
+            continue
+        try:
+            _, args, kwargs = preparation.arguments(item, "cpu")
+        except Exception:  # noqa: BLE001, S112 (the check reports its own case mistake)
+            continue
+        args = list(args)
+        if args and instances.is_record(args[0]):
+            record = args[0][instances.INSTANCE]
+            args[0] = {instances.INSTANCE: {**record, "mode": "eval", "rng": None}}
+        tokens = tuple(label for label, value in [*enumerate(args), *kwargs.items()]
+                       if isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim >= 2)
+        if not tokens:
+            continue
+        entry = assignment.graded[name]
+        base = Base(Call(name, tuple(args), dict(kwargs)), tokens, entry.returns, f"the inputs of {item.id}")
+        found.setdefault(name, []).append((base, GENERIC))
+    return found
+
+
+# ---------------------------------------------------------------------------------------- the probes
+
+
+def probes(assignment, items, preparation=None, points=None):
+    """The properties of ``assignment`` that its reference holds, one Probe per graded name and kind, for the
+    names that its checks ``items`` grade; each worth ``points`` (default: the assignment's ``property_points``),
+    unless ``checks:`` gives its id other points."""
+    points = assignment.settings.property_points if points is None else points
+    if assignment.builtin:
+        bases = builtin_bases()
+    else:
+        from attention_core.harness import runner
+        bases = teacher_bases(assignment, items, preparation or runner.Preparation())
+    functions = assignment.functions
+    checked = {i.check.function for i in items if i.error is None and i.check.kind == "call"}
+    found = []
+    for name, sets in bases.items():
+        if name not in assignment.graded or name not in functions or name not in checked:
+            continue  # a name no worked example grades gets no property either
+        parts_of = {}
+        generator = torch.Generator().manual_seed(SEED + len(name))
+        for base, kinds in sets:
+            for kind in kinds:
+                made = KINDS[kind].make(base, generator)
+                for part in made if isinstance(made, list) else [made]:
+                    if part is not None and _reference_holds(part, functions):
+                        parts_of.setdefault(kind, []).append(part)
+        wanted = assignment.settings.properties.get(name)
+        if wanted is not None:
+            parts_of = {k: v for k, v in parts_of.items() if k in wanted}
+        elif not assignment.builtin and "causal" in parts_of and {"permutation", "permutation_rows"} & set(parts_of):
+            del parts_of["causal"]  # each row on its own (a layer norm): a permutation says more
+        for kind, parts in parts_of.items():
+            if kind == "permutation_rows" and "permutation" in parts_of:
+                continue  # the same relation, read on the rows alone
+            found.append(Probe(name, kind, KINDS[kind].title, parts, points))
+    for probe in found:
+        override = assignment.settings.override(probe.id)
+        if override.points is not None:
+            probe.points = float(override.points)
+    return [p for p in found if p.points > 0]
+
+
+def _reference_holds(part, functions):
+    """Whether the reference holds ``part`` (a relation it breaks, or inputs it cannot take, is no property)."""
+    probe = Probe("", "", "", [part])
+    try:
+        with warnings.catch_warnings():  # (a reference's own x.T on a batch warns: not the teacher's news here)
+            warnings.simplefilter("ignore")
+            values = {c: _reference_call(functions, c) for c in part.calls}
+            values.update({c: _reference_call(functions, c) for c in second_calls([probe], values)})
+        return probe.judge(values) is None
+    except Exception:  # noqa: BLE001 (the reference raises on these inputs: no property there)
+        return False
+
+
+def _reference_call(functions, call):
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in call.args]
+    kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in call.kwargs.items()}
+    with torch.no_grad():
+        return functions[call.name](*args, **kwargs)
+
+
+def evaluate(found, functions):
+    """probe id -> (status, message) of each of ``found`` on ``functions`` (name -> callable, run here: a
+    reference, a generated mutant); (None, None) where the property holds."""
+    values = {}
+    for call in {id(c): c for p in found for c in p.calls}.values():
+        values[call] = _outcome(functions, call)
+    for call in second_calls(found, values):
+        values[call] = _outcome(functions, call)
+    return {p.id: p.verdict(values) for p in found}
+
+
+def _outcome(functions, call):
+    if call.name not in functions:
+        return CallFailed(Status.NOT_IMPLEMENTED, f"the implementation has no `{call.name}`")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _reference_call(functions, call)
+    except Exception as err:  # noqa: BLE001 (the call's failure is the property's)
+        return CallFailed(Status.IMPLEMENTATION_ERROR, f"`{call.name}` raised {type(err).__name__}: {err}")
