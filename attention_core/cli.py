@@ -89,6 +89,10 @@ def main(argv=None):
     grade.add_argument("--property-points", type=float, default=None, metavar="P",
                        help="points of each property check (docs/properties.md); 0 switches them off "
                             "(default: the assignment's, 1)")
+    adequacy = commands.add_parser("adequacy", parents=[common],
+                                   help="list the mistakes (made from the reference) that no case or property catches")
+    adequacy.add_argument("-v", "--verbose", action="store_true", dest="adequacy_verbose",
+                          help="also list each mistake that is caught, and by which check")
     add_authoring_commands(commands, common)
     args = parser.parse_args(argv)
     try:
@@ -102,6 +106,9 @@ def main(argv=None):
         from attention_core.grading.template import assignment_template  # noqa: PLC0415 (loads only when asked)
         print(assignment_template(chosen, fmt=args.format), end="")
         return 0
+    if args.command == "adequacy":
+        from attention_core.grading import adequacy  # noqa: PLC0415
+        return adequacy.report(adequacy.assess(chosen), verbose=args.adequacy_verbose)
     if args.command in ("student-kit", "gradescope-bundle"):  # what the students get: the settings as meant
         problems = chosen.settings_problems(runner.collect(chosen.cases, chosen))
         if problems:

@@ -74,6 +74,24 @@ def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_f
                                                     ["mistake", masked_after, "2", "3"]]
 
 
+def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mistakes_and_properties(tmp_path):
+    from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
+    from attention_core.report.class_page import class_page  # noqa: PLC0415
+    scores = [Scores("a<b>", 1, 4, grades=[Score("f/c/k", 0, 1, ("the softmax is left out",)), Score("f/c/j", 1, 1),
+                                           Score("properties/f/causal", 0, 1), Score("f/c/half", 0.5, 1)]),
+              Scores("z", 4, 4, grades=[Score("f/c/k", 1, 1), Score("f/c/j", 1, 1), Score("properties/f/causal", 1, 1),
+                                        Score("f/c/half", 1, 1)])]
+    rows = class_summary(scores, tmp_path / "summary.csv")
+    assert ("property", "properties/f/causal", 1) in rows
+    page = class_page(scores, rows)
+    heat = page.split("<table class=heat>")[1].split("</table>")[0]
+    assert heat.count("<tr>") == 3 and "a&lt;b&gt;" in heat  # a header, then one row a student, escaped
+    assert heat.count("<th class=c") == 3  # the checks someone lost points on: not f/c/j
+    assert "rgb(198,40,40)" in heat and "rgb(215,142,136)" in heat and "rgb(232,245,233)" in heat  # all, half, none
+    assert page.index("Named mistakes") < page.index("Properties") < page.index("Checks")
+    assert "1 of 2</td><td>the softmax is left out" in page
+
+
 @pytest.mark.grading
 def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_path):
     subs, out = tmp_path / "subs", tmp_path / "out"

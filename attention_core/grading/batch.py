@@ -26,6 +26,7 @@ from attention_core.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning, submission_name
 from attention_core.harness.text import escape, points
 from attention_core.report.figures import Drawings
+from attention_core.report.class_page import class_page
 from attention_core.report.html import submission_page
 
 
@@ -96,6 +97,7 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
           if skipped else f"graded {len(graded_now)}", file=stream)
     maximums = gradescope.write_gradebook(scores, out / "gradebook.csv")
     glance = class_summary(scores, out / "summary.csv")
+    (out / "summary.html").write_text(class_page(scores, glance), encoding="utf-8")
     if len(maximums) > 1:
         print(f"warning: the rows of {out / 'gradebook.csv'} have different maximums "
               f"({', '.join(map(str, sorted(maximums)))}): the assignment changed since some were graded; grade "
@@ -106,12 +108,12 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     if len(scores) > 1 and glance:
         print("\nthe class at a glance (summary.csv has every line):", file=report)
         for kind, what, n in glance[:5]:
-            said = f"made the mistake: {what}" if kind == "mistake" else f"failed {what}"
+            said = f"made the mistake: {what}" if kind == "mistake" else f"failed {what}"  # (a property too)
             print(f"  {n} of {len(scores)} {escape(said)}", file=report)
     for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
-    print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'}, {out / 'gradebook.csv'} "
-          f"and {out / 'summary.csv'}",
+    print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'}, {out / 'gradebook.csv'}, "
+          f"{out / 'summary.csv'} and {out / 'summary.html'}",
           file=report)
     return 0
 
@@ -193,7 +195,8 @@ def class_summary(scores, path):
                 failed[grade.check_id] += 1
             made |= set(grade.mistakes)
         mistakes.update(made)
-    rows = [("mistake", m, n) for m, n in mistakes.most_common()] + [("check", c, n) for c, n in failed.most_common()]
+    rows = [("mistake", m, n) for m, n in mistakes.most_common()] + \
+        [("property" if c.startswith("properties/") else "check", c, n) for c, n in failed.most_common()]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["kind", "what", "students", "of"])
@@ -304,7 +307,7 @@ def _next_done(done, processes):
     raise RuntimeError(f"a grader process ended before the batch did (exit codes {codes})")
 
 
-RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", ".write-test"}  # the batch's own files in --out
+RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", "summary.html", ".write-test"}  # the batch's own files in --out
 
 
 def _unique_names(paths, out=None):

@@ -16,7 +16,7 @@ import weakref
 import torch
 
 from attention_core import reference, spec
-from attention_core.grading import mutants, wire
+from attention_core.grading import generated, mutants, wire
 from attention_core.harness import compare, runner, tolerance
 from attention_core.harness.results import Status
 
@@ -42,8 +42,13 @@ CALLS = calls_of(reference, spec.NAMES)
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
 
-    def __init__(self, preparation=None, library=mutants.MUTANTS, calls=CALLS):
+    def __init__(self, preparation=None, library=mutants.MUTANTS, calls=CALLS, generated=(), probes=(),
+                 reference_functions=None):
         self.library, self.calls = library, calls
+        self.generated = list(generated)  # mistakes made from the reference (generated.py), named where singled out
+        self.probes = list(probes)  # the assignment's properties: a mutant's verdicts on them are evidence too
+        self.reference_functions = reference_functions or {}
+        self._verdicts_of = {}  # mutant's name -> {property id: whether it holds}
         self.preparation = preparation or runner.Preparation()
         self._first = _FirstEntry(self.preparation)  # large checks' arguments cut to their first batch entry
         self._results = {}  # (check, mutant, preparation) -> the mutant's named results
@@ -67,7 +72,79 @@ class Diagnoser:
                     weakref.finalize(grade.result, self._found.pop, key, None)
                 found = self._found[key]
                 grade.diagnosis = "\n".join(m.told(grade.item.check.function) for m in found)
+        self._name_generated(graded.grades)
         _name_failing_parts(graded.grades, self.calls)
+
+    # ---------------------------------------------------------------- mistakes made from the reference
+
+    def _name_generated(self, grades):
+        """For each graded name that lost points and that no mistake of the library named: the generated
+        mistakes of its code whose results match the student's on every check and property of that name
+        (failing where it fails, with its values; passing where it passes). One sentence between them: it
+        is named on each failed grade of the name; two or three: they are given as what it could be."""
+        if not self.generated:
+            return
+        by_name = {}
+        for grade in grades:
+            name = _function_of(grade)
+            if name is not None and grade.item.error is None and not grade.check_id.endswith("/backward"):
+                by_name.setdefault(name, []).append(grade)
+        for name, own in by_name.items():
+            failed = [g for g in own if not g.result.passed]
+            if not failed or any(g.diagnosis for g in failed):
+                continue
+            fitting = [m for m in self.generated if generated.owner_of(m) == name and self._fits(m, own)]
+            sentences = list(dict.fromkeys((m.mistake, m.fix) for m in fitting))
+            checks = sum(not g.check_id.startswith("properties/") for g in own)
+            properties_ = len(own) - checks
+            evidence = f"{checks} check{'s' * (checks != 1)}" + (
+                f" and {properties_} propert{'ies' if properties_ != 1 else 'y'}" if properties_ else "")
+            if len(sentences) == 1:
+                (mistake, fix), = sentences
+                text = (f"Likely mistake: {mistake}. Fix: {fix} (This one mistake gives your results on all "
+                        f"{evidence} of `{name}`.)")
+            elif 1 < len(sentences) <= 3:
+                text = (f"Possible mistakes (each gives your results on all {evidence} of `{name}`; they cannot "
+                        f"tell which): " + "; ".join(m for m, _ in sentences) + ".")
+            else:
+                continue
+            for grade in failed:
+                grade.diagnosis = text
+
+    def _fits(self, mutant, grades):
+        """Whether ``mutant`` gives what the student got on each of ``grades`` (one graded name's)."""
+        for grade in grades:
+            if grade.check_id.startswith("properties/"):
+                if self._holds(mutant, grade.check_id) != grade.result.passed:
+                    return False
+                continue
+            item, result = grade.item, grade.result
+            if result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR, Status.PENDING):
+                continue
+            theirs = self._mutant_run(item, mutant)
+            verdict = self._judged(item, mutant, theirs)
+            if verdict.passed != result.passed:
+                return False
+            if result.passed:
+                continue
+            if result.status is Status.FAILED:
+                values = theirs if isinstance(theirs, dict) else theirs.outputs
+                if not _agree(result.outputs, values or {}, item):
+                    return False
+            elif isinstance(theirs, dict) or not (_raised(result) and _raised(theirs)):
+                return False
+        return True
+
+    def _holds(self, mutant, property_id):
+        if mutant.name not in self._verdicts_of:
+            from attention_core.grading import properties  # noqa: PLC0415
+            functions = {**self.reference_functions, **mutant.functions}
+            owner = generated.owner_of(mutant)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                verdicts = properties.evaluate([p for p in self.probes if p.name == owner], functions)
+            self._verdicts_of[mutant.name] = {pid: message is None for pid, (_, message) in verdicts.items()}
+        return self._verdicts_of[mutant.name].get(property_id, True)
 
     def candidates(self, item, result):
         """The value mutants whose result on ``item`` matches the student's ``result``."""
@@ -142,6 +219,11 @@ class Diagnoser:
                  if item.check.function in m.functions
                  and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
         return "\n".join(lines)
+
+
+def _function_of(grade):
+    check = getattr(grade.item, "check", None)
+    return getattr(check, "function", None)
 
 
 def _ran_wrong(result, function):

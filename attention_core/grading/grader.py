@@ -20,7 +20,7 @@ import torch
 
 from attention_core import assignment as assignments
 from attention_core import instances
-from attention_core.grading import archives, client, feedback, notebooks, properties, replies, sandbox, wire
+from attention_core.grading import archives, client, feedback, generated, notebooks, properties, replies, sandbox, wire
 from attention_core.grading.diagnose import Diagnoser, calls_of, leading_slice
 from attention_core.grading.remote import GRADIENT_LIMIT, PROJECTION_SEED, RemoteFunctions
 from attention_core.harness import compare, runner, tolerance, torch_route
@@ -106,8 +106,12 @@ class Grader:
         self._probes = None  # the assignment's properties (made on first use: the reference is run for them)
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         # The mutant library names mistakes of the built-in spec's functions only.
-        self.diagnoser = Diagnoser(self.preparation) if assignment.builtin else Diagnoser(
-            self.preparation, library=(), calls=calls_of(assignment.reference, assignment.names))
+        # and mistakes made from the reference itself (generated.py) name those of any assignment's names.
+        made = generated.generate(assignment)
+        self.diagnoser = Diagnoser(self.preparation, generated=made, reference_functions=assignment.functions) \
+            if assignment.builtin else Diagnoser(self.preparation, library=(), generated=made,
+                                                  calls=calls_of(assignment.reference, assignment.names),
+                                                  reference_functions=assignment.functions)
         self._route = torch_route.FUNCTIONS if assignment.builtin else assignment.functions
         self._worker = None
         self._golden_grads = {}
@@ -379,6 +383,7 @@ class Grader:
         if self._probes is None:
             runnable = [i for i in self.items if i.error is None and not self._case_refused(i)]
             self._probes = properties.probes(self.assignment, runnable, self.preparation, self.property_points)
+            self.diagnoser.probes = self._probes
         return self._probes
 
     def _property_grades(self, submission, functions, problem):

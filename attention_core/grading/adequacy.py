@@ -1,0 +1,112 @@
+"""Adequacy: which mistakes an assignment's cases and properties would let through.
+
+``python -m attention_core adequacy --assignment DIR`` makes the mistakes of ``generated.py`` from the
+assignment's reference (and, for the built-in spec, the shipped library of ``mutants.py`` too), runs
+each on every check of the name it is in (and of the names whose reference calls that one) and on its
+properties, here, in this process, and reports each mistake that passes them all: no case tells it
+from the reference, so a student who makes it keeps every point. A mistake that gives the
+reference's results on every input tried, the property inputs included, is the same program (dropout
+left out, in eval mode) and is counted apart.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from attention_core.grading import generated, mutants, properties
+from attention_core.grading.diagnose import calls_of
+from attention_core.harness import runner
+
+
+@dataclass
+class Verdict:
+    """One mistake: where it is, what it is, and the first check or property that catches it (None: none)."""
+
+    owner: str
+    mistake: str
+    caught_by: str | None
+    same_program: bool = False
+
+
+def assess(chosen):
+    """A Verdict for each mistake of ``chosen`` (an Assignment with its reference)."""
+    items = [i for i in runner.collect(chosen.cases, chosen) if i.error is None and i.check.kind == "call"]
+    preparation = runner.Preparation()
+    probes = properties.probes(chosen, items, preparation)
+    reference = chosen.functions
+    callers = calls_of(chosen.reference, chosen.names)
+    made = generated.generate(chosen)
+    library = [m for m in mutants.MUTANTS if m.breaks == "values"] if chosen.builtin else []
+    verdicts = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for mutant in [*library, *made]:
+            owners = set(mutant.functions) if mutant in library else {generated.owner_of(mutant)}
+            reach = owners | {name for name, called in callers.items() if owners & set(called)}
+            functions = {**reference, **mutant.functions}
+            caught = _first_catch([i for i in items if i.check.function in reach], probes, owners, functions,
+                                  preparation)
+            owner = ", ".join(sorted(owners))
+            verdict = Verdict(owner, mutant.mistake, caught)
+            if caught is None:
+                verdict.same_program = _same_everywhere([p for p in probes if p.name in owners], reference, functions)
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _first_catch(items, probes, owners, functions, preparation):
+    for item in items:
+        if not runner.run(item, functions=functions, preparation=preparation).passed:
+            return item.id
+    for pid, (_, message) in properties.evaluate([p for p in probes if p.name in owners], functions).items():
+        if message is not None:
+            return pid
+    return None
+
+
+def _same_everywhere(probes, reference, functions):
+    """Whether ``functions`` give ``reference``'s results on every property input (nothing to tell apart)."""
+    for probe in probes:
+        for call in probe.calls:
+            try:
+                ours = properties.evaluate_call(reference, call)
+                theirs = properties.evaluate_call(functions, call)
+            except Exception:  # noqa: BLE001 (one raises where the other may not: not the same)
+                return False
+            if not _same(ours, theirs):
+                return False
+    return True
+
+
+def _same(a, b):
+    a = a if isinstance(a, (tuple, list)) else (a,)
+    b = b if isinstance(b, (tuple, list)) else (b,)
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+        and torch.allclose(x.double(), y.double(), rtol=1e-5, atol=1e-6, equal_nan=True) for x, y in zip(a, b))
+
+
+def report(verdicts, *, verbose=False, stream=None):
+    """The teacher's summary: what is caught, and each mistake no case or property catches."""
+    stream = stream or sys.stdout
+    missed = [v for v in verdicts if v.caught_by is None and not v.same_program]
+    same = [v for v in verdicts if v.caught_by is None and v.same_program]
+    caught = [v for v in verdicts if v.caught_by is not None]
+    print(f"{len(caught)} of {len(verdicts)} mistakes made from the reference are caught by a check or a property; "
+          f"{len(same)} give the reference's results everywhere tried (the same program); {len(missed)} are not "
+          f"caught.", file=stream)
+    seen = set()
+    for v in missed:
+        key = (v.owner, v.mistake)
+        if key not in seen:
+            seen.add(key)
+            print(f"  not caught, in `{v.owner}`: {v.mistake}: no case tells this from the reference "
+                  f"(add a case where it changes the result)", file=stream)
+    if verbose:
+        for v in caught:
+            print(f"  caught, in `{v.owner}`: {v.mistake}: by {v.caught_by}", file=stream)
+    return 0

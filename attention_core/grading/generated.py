@@ -1,0 +1,409 @@
+"""Mistakes made from a reference: one change at a time to its source, each worded as a student reads it.
+
+An AST pass over the reference (a teacher's ``reference.py``, or the package's own) finds the places
+where the usual slips of attention code can be made, and makes each slip there, one per mutant:
+
+* the scale: divided by the dimension instead of its square root, left out, or multiplied;
+* the softmax: over the wrong dimension, or left out;
+* the mask: left out, inverted, or filled with 0 instead of -inf; a triangle that also blocks the
+  diagonal, or the other triangle;
+* reductions: ``keepdim`` dropped, the wrong dimension, the unbiased variance;
+* shapes: a transpose left out, a reshape's last two sizes swapped, pieces concatenated along the
+  wrong dimension, a matrix product's factors swapped, results returned in the wrong order;
+* a layer of the module (``self.out_proj(...)``) not applied.
+
+Each kind carries its own sentence ("the scores are divided by the dimension itself instead of its
+square root"), never a line number or a constant's value. A mutant is the whole reference module
+with that one change, compiled and run here, in the grader (the reference is the teacher's own
+code): top-level statements other than imports, definitions and assignments are left out. A
+mutant that gives the reference's results everywhere it is run is the same program (dropout left
+out in eval mode) and names nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import types
+from dataclasses import dataclass
+
+from attention_core import assignment as assignments
+from attention_core.grading.mutants import Mutant
+
+KEPT_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                  ast.AnnAssign)
+
+
+@dataclass(frozen=True)
+class Slip:
+    """One kind of slip at one place: what a student reads, how to fix it, and the changed node."""
+
+    kind: str
+    mistake: str
+    fix: str
+    replacement: object  # the new AST node (or None: the statement removed)
+
+
+def _name(node):
+    """The last name of a call's function: ``torch.softmax`` -> softmax, ``x.masked_fill`` -> masked_fill."""
+    func = node.func if isinstance(node, ast.Call) else node
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _number(node):
+    """A literal number (a negative one too), or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return None if inner is None else -inner
+    return None
+
+
+def _literal(value):
+    return ast.UnaryOp(ast.USub(), ast.Constant(-value)) if value < 0 else ast.Constant(value)
+
+
+def _argument(call, keyword, position):
+    """(where, node) of an argument given by ``keyword`` or at ``position``; (None, None) if absent."""
+    for k in call.keywords:
+        if k.arg == keyword:
+            return k, k.value
+    if len(call.args) > position:
+        return position, call.args[position]
+    return None, None
+
+
+def _with_argument(call, where, value):
+    call = copy.deepcopy(call)
+    if isinstance(where, int):
+        call.args[where] = value
+    else:
+        next(k for k in call.keywords if k.arg == where.arg).value = value
+    return call
+
+
+def _square_root_of(node):
+    """The x of ``sqrt(x)`` (math's, torch's, NumPy's) or ``x ** 0.5``; None."""
+    if isinstance(node, ast.Call) and _name(node) == "sqrt" and len(node.args) == 1:
+        return node.args[0]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and _number(node.right) == 0.5:
+        return node.left
+    return None
+
+
+def _receiver(call):
+    return call.func.value if isinstance(call.func, ast.Attribute) else None
+
+
+def _is_minus_infinity(node):
+    text = ast.unparse(node)
+    return "inf" in text and text.lstrip("(").startswith("-") or text in ("float('-inf')", 'float("-inf")')
+
+
+# ---------------------------------------------------------------------------------------- the slips
+
+
+def slips(node):
+    """Every slip that can be made at ``node`` (an expression of a graded function or method)."""
+    found = []
+    if isinstance(node, ast.BinOp):
+        found += _scale(node) + _product(node)
+    if isinstance(node, ast.Call):
+        name = _name(node)
+        for kinds in (_softmax, _mask, _triangle, _reduction, _shape, _layer):
+            found += kinds(node, name)
+    if isinstance(node, ast.Attribute) and node.attr in ("T", "mT") and isinstance(node.ctx, ast.Load):
+        found.append(Slip("transpose_missing", f"a transpose (`.{node.attr}`) is left out",
+                          "Transpose the keys before the product: scores = queries @ keys transposed.", node.value))
+    if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
+        found += _mask_after_softmax(node)
+    if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 2:
+        swapped = ast.Return(ast.Tuple(node.value.elts[::-1], ast.Load()))
+        found.append(Slip("results_swapped", "the two results are returned in the wrong order",
+                          "Return the results in the order the assignment gives.", swapped))
+    return found
+
+
+def _scale(node):
+    if isinstance(node.op, ast.Div):
+        inner = _square_root_of(node.right)
+        if inner is None:
+            return []
+        return [
+            Slip("scale_by_d", "the scores are divided by the dimension itself instead of by its square root",
+                 "Divide by the square root of the dimension: / d ** 0.5.", ast.BinOp(node.left, ast.Div(), inner)),
+            Slip("no_scale", "the scores are not scaled by the square root of the dimension",
+                 "Divide the scores by the square root of the key dimension before the softmax.", node.left),
+            Slip("scale_multiplied", "the scores are multiplied by the square root of the dimension instead of "
+                                     "divided by it", "Divide by the square root of the dimension; do not multiply.",
+                 ast.BinOp(node.left, ast.Mult(), node.right)),
+        ]
+    if isinstance(node.op, ast.Pow) and _number(node.right) == -0.5:
+        return [Slip("scale_by_d", "the scores are divided by the dimension itself instead of by its square root",
+                     "Scale by the dimension to the power -0.5.", ast.BinOp(node.left, ast.Pow(), _literal(-1))),
+                Slip("no_scale", "the scores are not scaled by the square root of the dimension",
+                     "Scale the scores by 1 / sqrt(d) before the softmax.", ast.Constant(1.0))]
+    return []
+
+
+def _product(node):
+    if not isinstance(node.op, ast.MatMult):
+        return []
+    return [Slip("product_swapped", "the two factors of a matrix product are swapped (b @ a instead of a @ b)",
+                 "Multiply in the order of the formula: weights @ values, queries @ keys transposed.",
+                 ast.BinOp(node.right, ast.MatMult(), node.left))]
+
+
+def _softmax(node, name):
+    if not name.endswith("softmax"):
+        return []
+    found = []
+    where, dim = _argument(node, "dim", 0 if _receiver(node) is not None and name == "softmax" and
+                           isinstance(node.func, ast.Attribute) and _name(node.func.value) not in ("torch", "F",
+                                                                                                 "functional")
+                           else 1)
+    if _number(dim) == -1:
+        found.append(Slip("softmax_wrong_dim", "the softmax is taken over the wrong dimension (dim=-2, down the "
+                                               "columns) instead of along each row (dim=-1)",
+                          "Take the softmax over the last dimension, so that each row of weights sums to 1.",
+                          _with_argument(node, where, _literal(-2))))
+    scores = node.args[0] if node.args and not (isinstance(node.func, ast.Attribute) and
+                                                _name(node.func.value) not in ("torch", "F", "functional")) \
+        else _receiver(node)
+    if scores is not None:
+        found.append(Slip("softmax_missing", "the softmax is left out: the weights are the raw scores",
+                          "Apply a softmax over the last dimension to the (scaled, masked) scores.", scores))
+    return found
+
+
+def _mask(node, name):
+    if name not in ("masked_fill", "masked_fill_") or len(node.args) < 2:
+        return []
+    mask, value = node.args[0], node.args[1]
+    inverted = mask.operand if isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert) else \
+        ast.UnaryOp(ast.Invert(), mask)
+    found = [
+        Slip("mask_inverted", "the mask is inverted: the positions it should block are attended, and the others "
+                              "blocked", "Block exactly the positions the mask marks as not allowed.",
+             _with_argument(node, 0, inverted)),
+        Slip("mask_missing", "the mask is not applied: every position also sees the later tokens",
+             "Fill the blocked scores with -inf before the softmax.", _receiver(node)),
+    ]
+    if _is_minus_infinity(value):
+        found.append(Slip("mask_fill_zero", "blocked scores are filled with 0 instead of -inf, so blocked positions "
+                                            "still get weight after the softmax",
+                          "Fill blocked scores with -inf (float('-inf')), which the softmax turns into 0.",
+                          _with_argument(node, 1, ast.Constant(0.0))))
+    return found
+
+
+def _triangle(node, name):
+    if name not in ("triu", "tril"):
+        return []
+    method = isinstance(node.func, ast.Attribute) and _name(node.func.value) not in ("torch",)
+    where, diagonal = _argument(node, "diagonal", 0 if method else 1)
+    value = 0 if diagonal is None else _number(diagonal)
+    if value is None:
+        return []
+    if (name == "triu" and value == 1) or (name == "tril" and value == 0):  # blocked above it, or allowed up to it
+        moved = _literal(value - 1)  # the diagonal moves into the blocked part
+        changed = _with_argument(node, where, moved) if where is not None else \
+            ast.Call(node.func, node.args, [*node.keywords, ast.keyword("diagonal", moved)])
+        return [Slip("mask_blocks_diagonal", "the mask also blocks the diagonal: a token cannot attend to itself",
+                     "Let each token attend to itself: block only the later tokens (j > i).", changed)]
+    return []
+
+
+REDUCTIONS = ("mean", "sum", "var", "std", "amax", "max", "logsumexp")
+
+
+def _reduction(node, name):
+    if name not in REDUCTIONS or not isinstance(node.func, ast.Attribute):
+        return []
+    found = []
+    for k in node.keywords:
+        if k.arg == "keepdim" and isinstance(k.value, ast.Constant) and k.value.value is True:
+            found.append(Slip("keepdim_dropped", f"the {name} drops the reduced dimension (keepdim=False), so it "
+                                                 f"broadcasts along the wrong axis",
+                              "Keep the reduced dimension (keepdim=True) so it lines up with each row.",
+                              _with_argument(node, k, ast.Constant(False))))
+        if name == "var" and k.arg in ("unbiased", "correction"):
+            biased = (k.arg == "unbiased" and k.value.value is False) or (k.arg == "correction" and
+                                                                          _number(k.value) == 0)
+            if biased:
+                found.append(Slip("unbiased_variance", "the variance is the unbiased one (divided by n - 1) instead "
+                                                       "of the biased one (divided by n)",
+                                  "Use the biased variance: unbiased=False (divide by n).",
+                                  _with_argument(node, k, ast.Constant(True) if k.arg == "unbiased" else
+                                                 ast.Constant(1))))
+    where, dim = _argument(node, "dim", 0)
+    if _number(dim) == -1 and name in ("mean", "var", "std", "sum"):
+        found.append(Slip("reduction_wrong_dim", f"the {name} is taken over dim -2 (across the tokens) instead of "
+                                                 f"the last dim (across each token's features)",
+                          f"Take the {name} over the last dimension (dim=-1).", _with_argument(node, where,
+                                                                                               _literal(-2))))
+    return found
+
+
+def _shape(node, name):
+    found = []
+    if name == "transpose" and len(node.args) == 2 and _receiver(node) is not None:
+        shown = ", ".join(ast.unparse(a) for a in node.args)
+        found.append(Slip("transpose_missing", f"a `.transpose({shown})` is left out, so two dimensions are in "
+                                               f"each other's place",
+                          f"Swap the two dimensions back with .transpose({shown}).", _receiver(node)))
+    if name in ("view", "reshape") and len(node.args) >= 3 and not any(isinstance(a, ast.Starred) for a in node.args):
+        last, before = node.args[-1], node.args[-2]
+        if _number(last) != -1 and _number(before) != -1:
+            changed = copy.deepcopy(node)
+            changed.args[-1], changed.args[-2] = before, last
+            found.append(Slip("reshape_order", "a reshape splits the last dimension in the wrong order (the number "
+                                               "of heads and the head size swapped)",
+                              "Split as (..., num_heads, head_dim): heads first, then each head's size.", changed))
+    if name in ("cat", "concat", "concatenate"):
+        where, dim = _argument(node, "dim", 1)
+        if _number(dim) == -1:
+            found.append(Slip("concatenated_wrong_dim", "the pieces are concatenated along the wrong dimension "
+                                                        "(dim=-2, the tokens, instead of dim=-1, the features)",
+                              "Concatenate the heads along the last dimension (dim=-1).",
+                              _with_argument(node, where, _literal(-2))))
+    return found
+
+
+def _mask_after_softmax(holder):
+    """The mask moved from the scores to the weights: blocked weights set to 0 after the softmax (the rows then
+    sum to less than 1), where one body masks the scores and, later, takes a softmax into a name."""
+    body = holder.body
+    for i, statement in enumerate(body):
+        masking = statement.value if isinstance(statement, (ast.Assign, ast.Expr)) else None
+        if not (isinstance(masking, ast.Call) and _name(masking) in ("masked_fill", "masked_fill_")
+                and len(masking.args) >= 2 and _is_minus_infinity(masking.args[1]) and _receiver(masking)):
+            continue
+        for j in range(i + 1, len(body)):
+            later = body[j]
+            if isinstance(later, ast.Assign) and len(later.targets) == 1 and isinstance(later.targets[0], ast.Name) \
+                    and any(isinstance(n, ast.Call) and _name(n).endswith("softmax") for n in ast.walk(later.value)):
+                weights = later.targets[0].id
+                changed = copy.deepcopy(holder)
+                kept = ast.Pass() if isinstance(statement, ast.Expr) else \
+                    ast.Assign(statement.targets, _receiver(masking))
+                after = ast.Assign([ast.Name(weights, ast.Store())], ast.Call(
+                    ast.Attribute(ast.Name(weights, ast.Load()), "masked_fill", ast.Load()),
+                    [masking.args[0], ast.Constant(0.0)], []))
+                changed.body = [*body[:i], kept, *body[i + 1:j + 1], after, *body[j + 1:]]
+                return [Slip("mask_after_softmax", "the mask is applied after the softmax, to the weights (blocked "
+                                                   "weights set to 0, so the rows no longer sum to 1) instead of to "
+                                                   "the scores before it",
+                             "Mask the scores with -inf before the softmax; the softmax then gives the blocked "
+                             "positions 0 and each row still sums to 1.", changed)]
+    return []
+
+
+def _layer(node, name):
+    func = node.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and \
+            len(node.args) == 1 and not node.keywords:
+        return [Slip("layer_missing", f"the `{name}` layer is not applied", f"Apply self.{name} where the reference "
+                                                                            f"does.", node.args[0])]
+    return []
+
+
+# ---------------------------------------------------------------------------------------- making the mutants
+
+
+@dataclass(frozen=True)
+class Place:
+    """A slip at a place: the graded name whose code it is in, its index in the module's walk, the slip."""
+
+    owner: str
+    index: int
+    slip: Slip
+
+
+def places(tree, graded):
+    """Every slip in the code of the graded names of a module's ``tree``."""
+    found = []
+    owners = {}
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.ClassDef)) and top.name in graded:
+            for node in ast.walk(top):
+                owners.setdefault(id(node), top.name)
+    for index, node in enumerate(ast.walk(tree)):
+        owner = owners.get(id(node))
+        if owner is not None:
+            found += [Place(owner, index, slip) for slip in slips(node)]
+    return found
+
+
+def generate(chosen, source=None, path=None):
+    """The generated mutants of an assignment (an Assignment with its reference): a list of Mutant, each
+    ``functions`` being every graded name of the changed module, ``name`` ``owner:kind:index``."""
+    if chosen.reference is None:
+        return []
+    path = path or getattr(chosen.reference, "__file__", None)
+    if source is None:
+        try:
+            source = open(path, encoding="utf-8").read()  # noqa: PTH123, SIM115
+        except (OSError, TypeError):
+            return []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    tree.body = [node for node in tree.body if isinstance(node, KEPT_TOP_LEVEL)]
+    found = []
+    for place in places(tree, chosen.graded):
+        module = _mutated(tree, place, path)
+        if module is None:
+            continue
+        functions = assignments.callables(module, chosen.graded)
+        words = (place.slip.mistake, place.slip.fix)
+        found.append(Mutant(f"{place.owner}:{place.slip.kind}:{place.index}", functions, *words, "values",
+                            parts={name: words for name in functions} if len(functions) > 1 else {}))
+    return found
+
+
+def owner_of(mutant):
+    return mutant.name.split(":", 1)[0]
+
+
+def kind_of(mutant):
+    return mutant.name.split(":")[1]
+
+
+def _mutated(tree, place, path):
+    """The module of ``tree`` with the slip of ``place`` made; None where it does not compile or run."""
+    changed = copy.deepcopy(tree)
+    nodes = list(ast.walk(changed))
+    target = nodes[place.index]
+    parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
+    parent = parents.get(id(target))
+    if parent is None:
+        return None
+    replacement = copy.deepcopy(place.slip.replacement)
+    if not _replace(parent, target, replacement):
+        return None
+    ast.fix_missing_locations(changed)
+    module = types.ModuleType(f"_generated_mutant_{place.owner}_{place.index}")
+    module.__file__ = path
+    try:
+        exec(compile(changed, path or "<reference>", "exec"), module.__dict__)  # noqa: S102 (the teacher's own code)
+    except Exception:  # noqa: BLE001 (a change that does not run at definition: no mutant)
+        return None
+    return module
+
+
+def _replace(parent, target, replacement):
+    for field, value in ast.iter_fields(parent):
+        if value is target:
+            setattr(parent, field, replacement)
+            return True
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if item is target:
+                    value[i] = replacement
+                    return True
+    return False

@@ -1,0 +1,78 @@
+"""Mistakes made from a teacher's reference: each kind of slip worded for a student, named only where it
+alone gives the student's results, and the teacher told which ones no case catches (adequacy)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attention_core import assignment
+from attention_core.grading import generated
+from attention_core.grading.grader import Grader
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = Path(__file__).resolve().parent / "assignments" / "book"
+HEAD = ROOT / "examples" / "head"
+
+
+def test_the_book_s_reference_gets_every_kind_of_slip_its_code_can_make():
+    made = generated.generate(assignment.load(BOOK))
+    kinds = {generated.kind_of(m) for m in made}
+    assert {"scale_by_d", "no_scale", "scale_multiplied", "softmax_wrong_dim", "softmax_missing", "mask_inverted",
+            "mask_missing", "mask_fill_zero", "mask_blocks_diagonal", "mask_after_softmax", "transpose_missing",
+            "concatenated_wrong_dim", "layer_missing", "reshape_order", "product_swapped"} <= kinds
+    owners = {generated.owner_of(m) for m in made}
+    assert owners == {"SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
+                      "MultiHeadAttention"}
+
+
+def test_a_slip_is_worded_for_a_student_never_as_a_line_a_constant_or_a_variable_of_the_reference():
+    source = (BOOK / "reference.py").read_text()
+    # (plain English words that happen to be names too, keys and values, may be said)
+    variables = set(re.findall(r"^\s+([a-z_][a-z0-9_]*) = ", source, re.M)) - {"x", "keys", "values", "queries"}
+    assert {"attn_scores", "attn_weights", "context"} <= variables
+    for mutant in generated.generate(assignment.load(BOOK)):
+        words = f"{mutant.mistake} {mutant.fix}"
+        assert not re.search(r"reference\.py|line \d|:\d+|->", words), words
+        assert not any(re.search(rf"\b{v}\b", words) for v in variables), words
+
+
+def test_each_mutant_is_the_reference_with_one_change_that_runs():
+    chosen = assignment.load(BOOK)
+    for mutant in generated.generate(chosen):
+        assert set(mutant.functions) == set(chosen.names)
+        assert mutant.functions[generated.owner_of(mutant)].cls is not chosen.functions[generated.owner_of(mutant)].cls
+
+
+@pytest.mark.grading
+def test_a_student_s_slip_is_named_where_it_alone_gives_their_results_and_a_right_one_gets_no_name():
+    with Grader(assignment=BOOK) as grader:
+        graded = {g.name: g for g in grader.grade_each(sorted((BOOK / "submissions").iterdir()))}
+    diagnosis = {name: {d for g in one.grades for d in g.diagnosis.split("\n") if d} for name, one in graded.items()}
+    unscaled = [d for d in diagnosis["v1_unscaled"] if d.startswith("Likely mistake")]
+    assert len(unscaled) == 1 and "the scores are not scaled by the square root of the dimension" in unscaled[0]
+    assert "of `SelfAttention_v1`" in unscaled[0]
+    after = [d for d in diagnosis["mask_after_softmax"] if d.startswith("Likely mistake")]
+    assert len(after) == 1 and "the mask is applied after the softmax" in after[0]
+    assert not any(d.startswith("Likely mistake") for d in diagnosis["renamed_projection"])  # its names differ
+    assert diagnosis["reordered"] == diagnosis["notebook"] == set()
+
+
+def test_adequacy_names_the_mistakes_no_case_catches():
+    # The book's multi-head case has one dimension per head: sqrt(1) == 1, so no case tells the scale apart.
+    run = subprocess.run([sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(BOOK)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    missed = [line for line in run.stdout.splitlines() if line.startswith("  not caught")]
+    assert len(missed) == 3 and all("in `MultiHeadAttention`" in line for line in missed), run.stdout
+    assert any("the scores are not scaled by the square root of the dimension" in line for line in missed)
+    assert "give the reference's results everywhere tried" in run.stdout  # dropout left out, in eval mode
+
+
+def test_adequacy_of_an_assignment_whose_cases_catch_everything(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(HEAD), "-v"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert "0 are not caught" in run.stdout and "caught, in `Head`: the mask is inverted" in run.stdout
