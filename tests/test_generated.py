@@ -22,7 +22,9 @@ def test_the_book_s_reference_gets_every_kind_of_slip_its_code_can_make():
     kinds = {generated.kind_of(m) for m in made}
     assert {"scale_by_d", "no_scale", "scale_multiplied", "softmax_wrong_dim", "softmax_missing", "mask_inverted",
             "mask_missing", "mask_fill_zero", "mask_blocks_diagonal", "mask_after_softmax", "transpose_missing",
-            "concatenated_wrong_dim", "layer_missing", "reshape_order", "product_swapped"} <= kinds
+            "concatenated_wrong_dim", "layer_missing", "reshape_order", "product_swapped", "part_swapped",
+            "scale_by_other_size", "summed_not_concatenated", "transpose_as_T", "size_from_fixed_axis"} <= kinds
+    assert len({m.name for m in made}) == len(made)  # each its own name: its runs are kept under it
     owners = {generated.owner_of(m) for m in made}
     assert owners == {"SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
                       "MultiHeadAttention"}
@@ -76,3 +78,27 @@ def test_adequacy_of_an_assignment_whose_cases_catch_everything(tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert "0 are not caught" in run.stdout and "caught, in `Head`: the mask is inverted" in run.stdout
+
+
+MISTAKES = Path(__file__).resolve().parent / "assignments" / "book_mistakes"  # written apart from the reference
+
+
+@pytest.mark.grading
+def test_mistakes_written_apart_from_the_reference_are_named_or_given_with_what_else_they_could_be():
+    with Grader(assignment=BOOK) as grader:
+        graded = {g.name: g for g in grader.grade_each(sorted(MISTAKES.glob("*.py")))}
+    said = {name: sorted({d for g in one.grades for d in g.diagnosis.split("\n") if d.startswith(("Likely mistake", "Possible"))})
+            for name, one in graded.items()}
+    assert said["c02_einsum_sdpa"] == [] and graded["c02_einsum_sdpa"].score == graded["c02_einsum_sdpa"].max_score
+    named = {"m04_v2_values_from_key": "`W_key` is used where `W_value` belongs",
+             "m10_wrapper_sum_heads": "the pieces (the heads' outputs) are added together instead of concatenated",
+             "m06_causal_mask_after_softmax": "the mask is applied after the softmax"}
+    for name, words in named.items():
+        assert len(said[name]) == 1 and said[name][0].startswith("Likely mistake: ") and words in said[name][0], said
+    # keys.T on a batch raises exactly as a missing transpose or swapped factors do: no single name, but what it
+    # could be, the right one among them
+    (keys_T,) = said["m07_causal_keys_dot_T"]
+    assert keys_T.startswith("Possible mistakes") and "`.T` where `.transpose(1, 2)` belongs" in keys_T
+    # scaling by sqrt(d_out) gives what reading the size from shape[1] gives on every case: both are said
+    (scale,) = said["m14_mha_scale_by_dout"]
+    assert scale.startswith("Possible mistakes") and "the square root of `d_out`" in scale

@@ -59,6 +59,7 @@ class Diagnoser:
     def explain(self, graded):
         """Fill ``diagnosis`` on every failed grade of a graded submission."""
         passed = {g.check_id for g in graded.grades if g.result.passed}
+        wrong = {_function_of(g) for g in graded.grades if not g.result.passed and g.item.error is None}
         for grade in graded.grades:
             if grade.result.passed or grade.item.error is not None or grade.check_id.startswith("properties/"):
                 continue  # a property's failure names itself
@@ -71,7 +72,10 @@ class Diagnoser:
                     self._found[key] = self.candidates(grade.item, grade.result)
                     weakref.finalize(grade.result, self._found.pop, key, None)
                 found = self._found[key]
-                grade.diagnosis = "\n".join(m.told(grade.item.check.function) for m in found)
+                function = grade.item.check.function
+                if _raised(grade.result) and wrong & set(self.calls.get(function, ())):
+                    found = []  # it raises, and so does a function the reference builds it on: no proof of its own
+                grade.diagnosis = "\n".join(m.told(function) for m in found)
         self._name_generated(graded.grades)
         _name_failing_parts(graded.grades, self.calls)
 
@@ -131,7 +135,7 @@ class Diagnoser:
                 values = theirs if isinstance(theirs, dict) else theirs.outputs
                 if not _agree(result.outputs, values or {}, item):
                     return False
-            elif isinstance(theirs, dict) or not (_raised(result) and _raised(theirs)):
+            elif isinstance(theirs, dict) or not (_raised(result) and _raised(theirs) and _same_error(result, theirs)):
                 return False
         return True
 
@@ -162,7 +166,7 @@ class Diagnoser:
                 if result.status is Status.FAILED and _agree(result.outputs, values, item) and \
                         not self._judged(item, mutant, theirs).passed:
                     found.append(mutant)
-            elif _raised(result) and _raised(theirs):  # fails the way the mutant fails: it raises here
+            elif _raised(result) and _raised(theirs) and _same_error(result, theirs):  # it fails as the mutant fails
                 found.append(mutant)
         return found
 
@@ -297,6 +301,12 @@ def _first_entry(value):
 def _raised(result):
     """Whether the implementation ran and raised (not a crash, a hang or a failed import)."""
     return result.status is Status.IMPLEMENTATION_ERROR and result.message.startswith(f"`{_called(result)}` raised")
+
+
+def _same_error(ours, theirs):
+    """Whether two runs that raised raised the same: the same exception and message (the same operation failing
+    on the same shapes)."""
+    return ours.message.split(" raised ", 1)[-1] == theirs.message.split(" raised ", 1)[-1]
 
 
 def _called(result):

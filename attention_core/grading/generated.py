@@ -106,15 +106,55 @@ def _is_minus_infinity(node):
 # ---------------------------------------------------------------------------------------- the slips
 
 
-def slips(node):
-    """Every slip that can be made at ``node`` (an expression of a graded function or method)."""
+@dataclass(frozen=True)
+class Context:
+    """What a graded class holds, for the slips that put one of its parts where another belongs: the layers
+    it calls (``self.W_key(x)``), the weights it multiplies by (``x @ self.W_key``), and the sizes it keeps
+    (``self.head_dim``)."""
+
+    layers: frozenset = frozenset()
+    weights: frozenset = frozenset()
+    sizes: frozenset = frozenset()
+
+
+def context_of(top):
+    layers, weights, sizes = set(), set(), set()
+    for node in ast.walk(top):
+        if isinstance(node, ast.Call) and _self_attribute(node.func) and len(node.args) == 1 and not node.keywords:
+            layers.add(node.func.attr)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) and _self_attribute(node.right):
+            weights.add(node.right.attr)
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and \
+                        _self_attribute(statement.targets[0]) and \
+                        all(isinstance(n, (ast.Name, ast.BinOp, ast.operator, ast.Load)) for n in ast.walk(statement.value)):
+                    sizes.add(statement.targets[0].attr)
+    return Context(frozenset(layers), frozenset(weights), frozenset(sizes))
+
+
+def _self_attribute(node):
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def slips(node, context=Context()):
+    """Every slip that can be made at ``node`` (an expression of a graded function or method); ``context``:
+    what its class holds."""
     found = []
     if isinstance(node, ast.BinOp):
-        found += _scale(node) + _product(node)
+        found += _scale(node, context) + _product(node, context)
     if isinstance(node, ast.Call):
         name = _name(node)
-        for kinds in (_softmax, _mask, _triangle, _reduction, _shape, _layer):
+        for kinds in (_softmax, _mask, _triangle, _reduction, _shape):
             found += kinds(node, name)
+        found += _layer(node, name, context)
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape" \
+            and _number(node.slice) == -1:
+        fixed = ast.Subscript(node.value, ast.Constant(1), ast.Load())
+        found.append(Slip("size_from_fixed_axis", "a size is read from a fixed axis (shape[1]) instead of the last "
+                                                  "one (shape[-1]): right for 2-D inputs, wrong once there are "
+                                                  "batch or head dimensions",
+                          "Read sizes from the end: shape[-1] is the last dimension whatever comes before it.", fixed))
     if isinstance(node, ast.Attribute) and node.attr in ("T", "mT") and isinstance(node.ctx, ast.Load):
         found.append(Slip("transpose_missing", f"a transpose (`.{node.attr}`) is left out",
                           "Transpose the keys before the product: scores = queries @ keys transposed.", node.value))
@@ -127,12 +167,19 @@ def slips(node):
     return found
 
 
-def _scale(node):
+def _scale(node, context):
     if isinstance(node.op, ast.Div):
         inner = _square_root_of(node.right)
         if inner is None:
             return []
-        return [
+        others = [Slip("scale_by_other_size", f"the scores are scaled by the square root of `{size}` instead of "
+                                              f"the size of each key", "Divide by the square root of the size of "
+                                                                       "each key (its last dimension).",
+                       ast.BinOp(node.left, ast.Div(), ast.BinOp(ast.Attribute(ast.Name("self", ast.Load()), size,
+                                                                               ast.Load()), ast.Pow(),
+                                                                 ast.Constant(0.5))))
+                  for size in sorted(context.sizes) if ast.unparse(inner) != f"self.{size}"]
+        return others + [
             Slip("scale_by_d", "the scores are divided by the dimension itself instead of by its square root",
                  "Divide by the square root of the dimension: / d ** 0.5.", ast.BinOp(node.left, ast.Div(), inner)),
             Slip("no_scale", "the scores are not scaled by the square root of the dimension",
@@ -149,10 +196,15 @@ def _scale(node):
     return []
 
 
-def _product(node):
+def _product(node, context):
     if not isinstance(node.op, ast.MatMult):
         return []
-    return [Slip("product_swapped", "the two factors of a matrix product are swapped (b @ a instead of a @ b)",
+    swapped = [Slip("part_swapped", f"`{other}` is used where `{node.right.attr}` belongs (a copy-paste slip)",
+                    f"Use self.{node.right.attr} there.", ast.BinOp(node.left, ast.MatMult(), ast.Attribute(
+                        ast.Name("self", ast.Load()), other, ast.Load())))
+               for other in sorted(context.weights - {getattr(node.right, "attr", None)})] \
+        if _self_attribute(node.right) else []
+    return swapped + [Slip("product_swapped", "the two factors of a matrix product are swapped (b @ a instead of a @ b)",
                  "Multiply in the order of the formula: weights @ values, queries @ keys transposed.",
                  ast.BinOp(node.right, ast.MatMult(), node.left))]
 
@@ -217,7 +269,7 @@ def _triangle(node, name):
     return []
 
 
-REDUCTIONS = ("mean", "sum", "var", "std", "amax", "max", "logsumexp")
+REDUCTIONS = ("mean", "sum", "var", "std", "amax", "max", "logsumexp", "cumsum")
 
 
 def _reduction(node, name):
@@ -240,11 +292,15 @@ def _reduction(node, name):
                                   _with_argument(node, k, ast.Constant(True) if k.arg == "unbiased" else
                                                  ast.Constant(1))))
     where, dim = _argument(node, "dim", 0)
-    if _number(dim) == -1 and name in ("mean", "var", "std", "sum"):
+    if _number(dim) == -1 and name in ("mean", "var", "std", "sum", "cumsum"):
         found.append(Slip("reduction_wrong_dim", f"the {name} is taken over dim -2 (across the tokens) instead of "
                                                  f"the last dim (across each token's features)",
                           f"Take the {name} over the last dimension (dim=-1).", _with_argument(node, where,
                                                                                                _literal(-2))))
+    if _number(dim) == -2 and name in ("mean", "var", "std", "sum", "cumsum"):
+        found.append(Slip("reduction_wrong_dim", f"the {name} is taken over the last dim (across each token's "
+                                                 f"features) instead of dim -2 (across the tokens)",
+                          f"Take the {name} over the tokens (dim=-2).", _with_argument(node, where, _literal(-1))))
     return found
 
 
@@ -255,6 +311,10 @@ def _shape(node, name):
         found.append(Slip("transpose_missing", f"a `.transpose({shown})` is left out, so two dimensions are in "
                                                f"each other's place",
                           f"Swap the two dimensions back with .transpose({shown}).", _receiver(node)))
+        found.append(Slip("transpose_as_T", f"`.T` where `.transpose({shown})` belongs: on a batch, .T reverses "
+                                            f"every axis, not just two",
+                          f"Swap only the two axes: .transpose({shown}) (or .mT for the last two).",
+                          ast.Attribute(_receiver(node), "T", ast.Load())))
     if name in ("view", "reshape") and len(node.args) >= 3 and not any(isinstance(a, ast.Starred) for a in node.args):
         last, before = node.args[-1], node.args[-2]
         if _number(last) != -1 and _number(before) != -1:
@@ -263,7 +323,13 @@ def _shape(node, name):
             found.append(Slip("reshape_order", "a reshape splits the last dimension in the wrong order (the number "
                                                "of heads and the head size swapped)",
                               "Split as (..., num_heads, head_dim): heads first, then each head's size.", changed))
-    if name in ("cat", "concat", "concatenate"):
+    if name in ("cat", "concat", "concatenate") and node.args:
+        summed = ast.Call(ast.Attribute(ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "stack", ast.Load()),
+                                                 [node.args[0]], []), "sum", ast.Load()), [ast.Constant(0)], [])
+        found.append(Slip("summed_not_concatenated", "the pieces (the heads' outputs) are added together instead "
+                                                     "of concatenated", "Concatenate the heads' outputs along the "
+                                                                        "last dimension (torch.cat(..., dim=-1)).",
+                          summed))
         where, dim = _argument(node, "dim", 1)
         if _number(dim) == -1:
             found.append(Slip("concatenated_wrong_dim", "the pieces are concatenated along the wrong dimension "
@@ -302,13 +368,16 @@ def _mask_after_softmax(holder):
     return []
 
 
-def _layer(node, name):
-    func = node.func
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and \
-            len(node.args) == 1 and not node.keywords:
-        return [Slip("layer_missing", f"the `{name}` layer is not applied", f"Apply self.{name} where the reference "
-                                                                            f"does.", node.args[0])]
-    return []
+def _layer(node, name, context):
+    if not (_self_attribute(node.func) and len(node.args) == 1 and not node.keywords):
+        return []
+    found = [Slip("layer_missing", f"the `{name}` layer is not applied", f"Apply self.{name} where the reference "
+                                                                        f"does.", node.args[0])]
+    found += [Slip("part_swapped", f"`{other}` is used where `{name}` belongs (a copy-paste slip)",
+                   f"Use self.{name} there.", ast.Call(ast.Attribute(ast.Name("self", ast.Load()), other, ast.Load()),
+                                                       node.args, []))
+              for other in sorted(context.layers - {name})]
+    return found
 
 
 # ---------------------------------------------------------------------------------------- making the mutants
@@ -326,21 +395,22 @@ class Place:
 def places(tree, graded):
     """Every slip in the code of the graded names of a module's ``tree``."""
     found = []
-    owners = {}
+    owners, contexts = {}, {}
     for top in tree.body:
         if isinstance(top, (ast.FunctionDef, ast.ClassDef)) and top.name in graded:
+            contexts[top.name] = context_of(top) if isinstance(top, ast.ClassDef) else Context()
             for node in ast.walk(top):
                 owners.setdefault(id(node), top.name)
     for index, node in enumerate(ast.walk(tree)):
         owner = owners.get(id(node))
         if owner is not None:
-            found += [Place(owner, index, slip) for slip in slips(node)]
+            found += [Place(owner, index, slip) for slip in slips(node, contexts[owner])]
     return found
 
 
 def generate(chosen, source=None, path=None):
     """The generated mutants of an assignment (an Assignment with its reference): a list of Mutant, each
-    ``functions`` being every graded name of the changed module, ``name`` ``owner:kind:index``."""
+    ``functions`` being every graded name of the changed module, ``name`` ``owner:kind:number`` (unique)."""
     if chosen.reference is None:
         return []
     path = path or getattr(chosen.reference, "__file__", None)
@@ -355,13 +425,13 @@ def generate(chosen, source=None, path=None):
         return []
     tree.body = [node for node in tree.body if isinstance(node, KEPT_TOP_LEVEL)]
     found = []
-    for place in places(tree, chosen.graded):
+    for number, place in enumerate(places(tree, chosen.graded)):
         module = _mutated(tree, place, path)
         if module is None:
             continue
         functions = assignments.callables(module, chosen.graded)
         words = (place.slip.mistake, place.slip.fix)
-        found.append(Mutant(f"{place.owner}:{place.slip.kind}:{place.index}", functions, *words, "values",
+        found.append(Mutant(f"{place.owner}:{place.slip.kind}:{number}", functions, *words, "values",
                             parts={name: words for name in functions} if len(functions) > 1 else {}))
     return found
 

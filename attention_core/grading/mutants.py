@@ -227,6 +227,29 @@ def attention_scaling_q_in_place(q, k, v, mask=None, scale=None):
     return weights @ v, weights
 
 
+def attention_masked_after_softmax(q, k, v, mask=None, scale=None):
+    weights = _softmax(_scores(q, k, None, scale))  # the mask is applied to the weights, not the scores
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0) if mask.dtype == torch.bool else weights * torch.exp(mask)
+    return weights @ v, weights
+
+
+def attention_float_mask_as_bool(q, k, v, mask=None, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))  # an additive mask's 0 (allowed) read as blocked
+    weights = _softmax(scores)
+    return weights @ v, weights
+
+
+def multi_head_attention_scaled_by_width(x, w_q, w_k, w_v, n_heads, mask=None):
+    q, k, v = _split(x @ w_q, n_heads), _split(x @ w_k, n_heads), _split(x @ w_v, n_heads)
+    scale = 1.0 / math.sqrt(w_q.shape[-1])  # the whole width, n_heads * d_k, where each head's d_k belongs
+    weights = _softmax(_scores(q, k, mask, scale))
+    return _merge(weights @ v), weights
+
+
 MUTANTS = (
     Mutant("no_scale", {"attention": attention_without_scale},
            "the scores q @ kᵀ are not multiplied by the default scale 1 / sqrt(d_k)",
@@ -310,6 +333,22 @@ MUTANTS = (
            "the causal mask holds floats (1.0 and 0.0, from torch.ones(T, T).tril()) instead of booleans, so "
            "~mask and masked_fill(~mask, …) cannot take it",
            "Make it boolean: torch.ones(T, T, dtype=torch.bool).tril() (or .tril() of a bool tensor).", "values"),
+)
+
+MUTANTS += (
+    Mutant("mask_after_softmax", {"attention": attention_masked_after_softmax},
+           "the mask is applied after the softmax, to the weights (blocked weights set to 0, so the rows no "
+           "longer sum to 1) instead of to the scores before it",
+           "Mask the scores (-inf where blocked, or add a float mask) before the softmax.", "values"),
+    Mutant("float_mask_as_bool", {"attention": attention_float_mask_as_bool},
+           "a floating mask is read as a bool one (its 0 entries blocked), where a floating mask is added to the "
+           "scores (0: allowed, -inf or a large negative number: blocked)",
+           "Add a floating mask to the scores; only a bool mask is filled with -inf where it is False.", "values"),
+    Mutant("multi_head_attention_scaled_by_width", {"multi_head_attention": multi_head_attention_scaled_by_width},
+           "multi_head_attention scales each head's scores by 1 / sqrt(n_heads * d_k), the whole width, instead of "
+           "1 / sqrt(d_k), each head's own size",
+           "Let each head's attention take its default scale from the head's size: 1 / sqrt(C // n_heads).",
+           "values"),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
