@@ -87,6 +87,32 @@ class Rigged(torch.Tensor):
 def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Rigged)
 ''',
+    "huge_reply": '''
+import torch
+
+def softmax(x, dim=-1):
+    return torch.zeros(20_000_000)  # 80 MB back where a check's results take a few hundred bytes
+''',
+    "long_messages": '''
+import sys
+
+sys.stdout.write("printed at import " * 5000)
+WORDS = "a long message " * 20000
+
+def _deep(n):
+    return _deep(n - 1) if n else _fail()  # a long line, so that each frame of its traceback is long too: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
+
+
+def _fail():
+    raise RuntimeError(WORDS)
+
+
+def _raise(*args, **kwargs):
+    return _deep(150)
+
+softmax = causal_mask = causal_average = attention = split_heads = merge_heads = multi_head_attention = \\
+    layer_norm = _raise
+''',
     "output_flood": '''
 import sys
 

@@ -173,6 +173,21 @@ def test_a_harmful_submission_fails_its_checks_with_a_clear_reason(batch, name, 
     assert results[name]["score"] < results["reference"]["score"]
 
 
+def test_a_reply_larger_than_its_call_can_need_fails_that_call_and_is_never_read(batch):
+    _, (_, results, _, _) = batch
+    softmax = [t for t in results["huge_reply"]["tests"] if t["output"].startswith("implementation error")
+               and "The call: softmax(" in t["output"] and not t["name"].startswith("properties/")]
+    assert softmax and all("bytes this call can need" in t["output"] and "it was not read" in t["output"]
+                           for t in softmax)
+
+
+def test_a_results_json_stays_under_1_mb_whatever_the_submission_says(batch):
+    _, (_, results, _, _) = batch
+    size = len(json.dumps(results["long_messages"]))
+    assert results["long_messages"]["score"] == 0 and size < 1_000_000
+    assert all("a long message" in t["output"] for t in results["long_messages"]["tests"][:5])  # cut, not dropped
+
+
 def test_a_rigged_tensor_subclass_is_judged_by_its_values_and_never_unpickled(batch):
     _, (_, results, escaped, _) = batch
     softmax = [t for t in results["rigged_subclass"]["tests"] if "softmax" in t["name"]

@@ -119,3 +119,18 @@ def attention(q, k, v, mask=None, scale=None):
     backward = [t for t in results["tests"] if t["name"].endswith("/backward") and "attention(" in t["output"]]
     assert backward and any("changed its input `q` in place" in t["output"] and t["score"] == 0 for t in backward), \
         run.stderr[-1000:]
+
+
+def test_a_results_json_is_cut_to_under_1_mb_however_many_long_outputs_it_holds():
+    from attention_core.grading import gradescope  # noqa: PLC0415
+    from attention_core.grading.grader import Grade, SubmissionGrade  # noqa: PLC0415
+    from attention_core.harness.results import Result, Status  # noqa: PLC0415
+    graded = SubmissionGrade("s", Path("s.py"), note="printed " * 2000)
+    for i in range(400):
+        result = Result(Status.IMPLEMENTATION_ERROR, f"f/c/{i}", "f.yaml:1", message="\u00e9 raised " + "x" * 9000)
+        graded.grades.append(Grade(f"f/c/{i}", None, result, 0.0, 1.0, diagnosis="Likely mistake: " + "y" * 9000))
+    text = gradescope._dumps(gradescope.results_json(graded))
+    assert len(text.encode()) < gradescope.RESULTS_LIMIT
+    results = json.loads(text)
+    assert len(results["tests"]) == 400 and all("more characters)" in t["output"] for t in results["tests"])
+    assert all(t["output"].count("y") > 100 for t in results["tests"])  # each keeps its share

@@ -397,9 +397,27 @@ def test_a_reply_over_the_limit_is_refused(submit, worker):
         assert big.status == "raised" and big.message == "the result is 40100 bytes, over the limit of 10000"
         forged = s.call("causal_average", (torch.ones(1),))
         assert forged.status == "crashed"
-        assert forged.message.startswith(f"the submission's process sent {(1 << 40) + 16} bytes, over the limit")
+        assert forged.message.startswith(f"the reply is {(1 << 40) + 16} bytes, over the 10000 bytes this call can "
+                                         f"need")
     finally:
         worker.reply_limit = limit
+
+
+def test_a_reply_over_what_its_call_can_need_fails_that_call_alone(submit):
+    s = submit("""
+        import torch
+
+        def softmax(x, dim=-1):
+            return torch.zeros(1_000_000)  # 4 MB where the call needs a few bytes
+
+        def causal_average(x):
+            return x.cumsum(-2) / torch.arange(1, x.shape[-2] + 1)[:, None]
+    """)
+    big = s.call("softmax", (torch.ones(3),), limit=64_000)
+    assert big.status == "crashed" and big.message.startswith("the reply is ") and \
+        "over the 64000 bytes this call can need" in big.message
+    right = s.call("causal_average", (torch.ones(2, 3),), limit=64_000)  # the process replaced: the next call runs
+    assert right.status == "ok" and torch.equal(right.value, torch.ones(2, 3))
 
 
 def test_the_time_budget_ends_calls_once_spent(submit):

@@ -214,6 +214,7 @@ class Submission:
         self._closed = False
         self._answered = {}  # a small request's bytes -> the outcome of the call that returned for it
         self._next = None  # the request said to come next (ahead()), not sent yet
+        self._limits = {}  # a request's bytes -> the most bytes its reply may have (None: the worker's limit)
         self._ahead = None  # (request, when it was sent, its bytes not yet sent): its reply not yet read
         self._early = {}  # a request sent ahead -> its outcome, read before the call was made (another came first)
         self.status, self.message, self.traceback, self.names, self.output = None, "", (), (), ""  # until started
@@ -250,25 +251,28 @@ class Submission:
     def __exit__(self, *exc):
         self.close()
 
-    def call(self, name, args=(), kwargs=None, *, timeout=5.0, keep=None, reuse=None):
+    def call(self, name, args=(), kwargs=None, *, timeout=5.0, keep=None, reuse=None, limit=None):
         """Call the submission's ``name(*args, **kwargs)`` in its process.
 
         ``keep``: for a tuple result, the positions to send back in full; the others come back
         as their dtype and shape alone (tensors on the ``meta`` device). ``reuse``: a name the
         caller gives these exact arguments, which it never changes (the request is then encoded
-        once per worker, for every submission).
+        once per worker, for every submission). ``limit``: the most bytes the reply may have (what the
+        call can need); a longer reply is not read, and the call fails with the reason (default: the
+        worker's ``reply_limit``).
         """
-        return self._call(name, args, kwargs or {}, timeout, None, keep, reuse)
+        return self._call(name, args, kwargs or {}, timeout, None, keep, reuse, limit)
 
-    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0, keep=None, reuse=None):
+    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0, keep=None, reuse=None,
+                  limit=None):
         """Call ``name`` with every floating tensor argument requiring grad; backpropagate a projection.
 
         The scalar is ``wire.projection(outputs, projection_seed)``; ``grads`` maps each floating
         tensor argument to its gradient, or None where none flowed to it.
         """
-        return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep, reuse)
+        return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep, reuse, limit)
 
-    def call_all(self, calls, *, timeout=5.0, reuse=None):
+    def call_all(self, calls, *, timeout=5.0, reuse=None, limit=None):
         """Make ``calls`` ((name, args, kwargs) each) one after another in one round trip: their CallOutcomes in
         order. ``timeout`` holds for them all; where the process timed out or died, every call not answered
         has that outcome. ``reuse``: as for :meth:`call` (the request is encoded once per worker)."""
@@ -296,6 +300,7 @@ class Submission:
                 self._end()
                 return [CallOutcome(CRASHED, message=f"the submission did not import again: {problem or ''}")] * \
                     len(calls)
+        self._limits[data] = limit
         outcome = self._finish(data, time.monotonic(), memoryview(data), timeout, ahead=False)
         if outcome.status != OK:
             return [dataclasses.replace(outcome, output="")] * len(calls)
@@ -311,7 +316,7 @@ class Submission:
             found[0].output = outcome.output
         return found[:len(calls)]
 
-    def ahead(self, name, args=(), kwargs=None, *, projection_seed=None, keep=None, reuse=None):
+    def ahead(self, name, args=(), kwargs=None, *, projection_seed=None, keep=None, reuse=None, limit=None):
         """Say which call comes next (as :meth:`call`, or :meth:`call_grad` with a ``projection_seed``).
 
         Its request is sent the moment the current call's reply has been read, so the process
@@ -324,6 +329,7 @@ class Submission:
         if self.status == OK and name in self.names and not self._closed:
             seed = None if projection_seed is None else int(projection_seed)
             self._next = self._request_bytes(name, args, kwargs or {}, seed, keep, reuse)
+            self._limits[self._next] = limit
 
     def close(self):
         """Kill the child's process group and collect it. Calls after this raise ValueError."""
@@ -333,7 +339,7 @@ class Submission:
 
     # ---- internals ----
 
-    def _call(self, name, args, kwargs, timeout, seed, keep=None, reuse=None):
+    def _call(self, name, args, kwargs, timeout, seed, keep=None, reuse=None, limit=None):
         if name not in self._worker.names:
             raise ValueError(f"{name!r} is not graded: {', '.join(self._worker.names)}")
         if self._closed:
@@ -343,6 +349,7 @@ class Submission:
         if name not in self.names:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission defines no function {name}")
         data = self._request_bytes(name, args, kwargs, seed, keep, reuse)
+        self._limits[data] = limit
         if data in self._early:  # sent ahead, and read while another call was made: its time is spent already
             return self._early.pop(data)
         if len(data) <= ANSWERS_KEPT and data in self._answered:  # the same call again: made once, for both checks
@@ -379,7 +386,8 @@ class Submission:
         sent yet: its reply read within its limit, its outcome. Then (``ahead``) the request said to come
         next is sent, unless it is this one again (answered from this outcome, where it returned)."""
         limit = min(timeout, self.budget_left)
-        raw, output, problem = self._exchange(pending, limit - (time.monotonic() - start))
+        raw, output, problem = self._exchange(pending, limit - (time.monotonic() - start),
+                                              self._limits.pop(data, None) or self._worker.reply_limit)
         if problem is None and ahead and self._next != data:
             self._send_ahead()
         outcome = self._outcome(raw, problem, limit)
@@ -463,7 +471,7 @@ class Submission:
         self._ready = problem is None
         return (reply if problem is None else None), output, problem
 
-    def _exchange(self, data, timeout):
+    def _exchange(self, data, timeout, most=None):
         """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None)."""
         output = Output(self._worker.output_limit)
         deadline = time.monotonic() + timeout
@@ -498,8 +506,10 @@ class Submission:
                 if need is None and got >= wire.HEADER.size:
                     n_text, n_blob = wire.HEADER.unpack_from(buf)
                     need = wire.HEADER.size + n_text + n_blob
-                    if need > self._worker.reply_limit:
-                        problem = f"the submission's process sent {need} bytes, over the limit of {self._worker.reply_limit}"
+                    most = most or self._worker.reply_limit
+                    if need > most:
+                        problem = (f"the reply is {need} bytes, over the {most} bytes this call can need (its "
+                                   f"results, gradients and messages): it was not read")
                         break
                     if need > len(buf):  # a large reply: the rest is read straight into a buffer of its size
                         larger = bytearray(need)

@@ -120,7 +120,8 @@ class Context:
 def context_of(top):
     layers, weights, sizes = set(), set(), set()
     for node in ast.walk(top):
-        if isinstance(node, ast.Call) and _self_attribute(node.func) and len(node.args) == 1 and not node.keywords:
+        if isinstance(node, ast.Call) and _self_attribute(node.func) and len(node.args) == 1 and not node.keywords \
+                and "drop" not in node.func.attr.lower():  # (dropout: the same as no layer, in eval mode)
             layers.add(node.func.attr)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) and _self_attribute(node.right):
             weights.add(node.right.attr)
@@ -160,6 +161,14 @@ def slips(node, context=Context()):
                           "Transpose the keys before the product: scores = queries @ keys transposed.", node.value))
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
         found += _mask_after_softmax(node)
+    if isinstance(node, ast.FunctionDef):
+        found += _weights_transposed(node)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and (
+            (isinstance(node.right, ast.Call) and _name(node.right) == "mean") or
+            (isinstance(node.right, ast.Name) and ("mean" in node.right.id.lower() or node.right.id in ("mu", "m")))):
+        found.append(Slip("mean_not_subtracted", "the mean is not subtracted: the input is only divided by its "
+                                                 "standard deviation", "Subtract each row's mean first: "
+                                                                       "(x - mean) / sqrt(var + eps).", node.left))
     if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 2:
         swapped = ast.Return(ast.Tuple(node.value.elts[::-1], ast.Load()))
         found.append(Slip("results_swapped", "the two results are returned in the wrong order",
@@ -199,14 +208,18 @@ def _scale(node, context):
 def _product(node, context):
     if not isinstance(node.op, ast.MatMult):
         return []
+    transposed = [Slip("weight_transposed", "a weight matrix is used transposed (x @ W.T instead of x @ W)",
+                       "Multiply by the weight as it is given: x @ W, with W of shape (in, out).",
+                       ast.BinOp(node.left, ast.MatMult(), ast.Attribute(node.right, "T", ast.Load())))] \
+        if isinstance(node.right, ast.Name) and node.right.id.lower().startswith("w") else []
     swapped = [Slip("part_swapped", f"`{other}` is used where `{node.right.attr}` belongs (a copy-paste slip)",
                     f"Use self.{node.right.attr} there.", ast.BinOp(node.left, ast.MatMult(), ast.Attribute(
                         ast.Name("self", ast.Load()), other, ast.Load())))
-               for other in sorted(context.weights - {getattr(node.right, "attr", None)})] \
-        if _self_attribute(node.right) else []
-    return swapped + [Slip("product_swapped", "the two factors of a matrix product are swapped (b @ a instead of a @ b)",
-                 "Multiply in the order of the formula: weights @ values, queries @ keys transposed.",
-                 ast.BinOp(node.right, ast.MatMult(), node.left))]
+               for other in sorted(context.weights - {node.right.attr})] if _self_attribute(node.right) else []
+    return transposed + swapped + [Slip(
+        "product_swapped", "the two factors of a matrix product are swapped (b @ a instead of a @ b)",
+        "Multiply in the order of the formula: weights @ values, queries @ keys transposed.",
+        ast.BinOp(node.right, ast.MatMult(), node.left))]
 
 
 def _softmax(node, name):
@@ -260,13 +273,20 @@ def _triangle(node, name):
     value = 0 if diagonal is None else _number(diagonal)
     if value is None:
         return []
+    other = ast.Attribute(node.func.value, "tril" if name == "triu" else "triu", ast.Load()) \
+        if isinstance(node.func, ast.Attribute) else ast.Name("tril" if name == "triu" else "triu", ast.Load())
+    found = [Slip("triangle_swapped", "the mask takes the wrong triangle: the later tokens where the earlier ones "
+                                      "belong (triu for tril, or the other way)",
+                  "Let query i attend to keys j <= i: the lower triangle, diagonal included.",
+                  ast.Call(other, node.args, node.keywords))]
     if (name == "triu" and value == 1) or (name == "tril" and value == 0):  # blocked above it, or allowed up to it
         moved = _literal(value - 1)  # the diagonal moves into the blocked part
         changed = _with_argument(node, where, moved) if where is not None else \
             ast.Call(node.func, node.args, [*node.keywords, ast.keyword("diagonal", moved)])
-        return [Slip("mask_blocks_diagonal", "the mask also blocks the diagonal: a token cannot attend to itself",
-                     "Let each token attend to itself: block only the later tokens (j > i).", changed)]
-    return []
+        found.append(Slip("mask_blocks_diagonal", "the mask also blocks the diagonal: a token cannot attend to "
+                                                  "itself", "Let each token attend to itself: block only the later "
+                                                            "tokens (j > i).", changed))
+    return found
 
 
 REDUCTIONS = ("mean", "sum", "var", "std", "amax", "max", "logsumexp", "cumsum")
@@ -366,6 +386,21 @@ def _mask_after_softmax(holder):
                              "Mask the scores with -inf before the softmax; the softmax then gives the blocked "
                              "positions 0 and each row still sums to 1.", changed)]
     return []
+
+
+def _weights_transposed(function):
+    """Every ``x @ w`` of a function (``w`` a weight: its name starts with w) as ``x @ w.T``: the weights read as
+    (out, in), nn.Linear's layout, where they are (in, out)."""
+    changed = copy.deepcopy(function)
+    products = [n for n in ast.walk(changed) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult)
+                and isinstance(n.right, ast.Name) and n.right.id.lower().startswith("w")]
+    if len(products) < 2:
+        return []
+    for product in products:
+        product.right = ast.Attribute(product.right, "T", ast.Load())
+    return [Slip("weights_transposed", "the weight matrices are used transposed (x @ W.T instead of x @ W, "
+                                       "nn.Linear's layout where the weights are given as (in, out))",
+                 "Multiply by each weight as it is given: x @ W, with W of shape (in, out).", changed)]
 
 
 def _layer(node, name, context):

@@ -30,6 +30,8 @@ from attention_core.harness.text import escape, first_given
 from attention_core.harness.text import points as points_text
 
 SHARE_LIMIT = 1 << 16  # an argument with this many elements or more is stored in the worker server once
+REPLY_ROOM = 1 << 20  # bytes of a reply beyond its tensors: the messages, a traceback, the labels
+PROPERTY_REPLY = 1 << 20  # the same for a submission's property calls together
 
 
 @dataclass
@@ -119,6 +121,7 @@ class Grader:
         self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
         self._reads = {i: _read_results(i.check) for i in self.items if i.error is None}  # the results each reads
         self._differentiable, self._sliced = {}, {}  # per check, for the batch: see their uses
+        self._bounds = {}  # check -> the most bytes its reply may have (see _reply_bound)
         self._threads = None
 
     def __enter__(self):
@@ -276,7 +279,7 @@ class Grader:
         if functions is None or submission.status != replies.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
-            functions.last_grad, functions.keep = None, self._reads[item]
+            functions.last_grad, functions.keep, functions.limit = None, self._reads[item], self._reply_bound(item)
             result = self._value_result(item, functions)
         if result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):  # the case's fault, or ours: no one's to pay
             return [Grade(item.id, item, result, 0.0, 0.0, visibility, source)]
@@ -324,6 +327,22 @@ class Grader:
         name, args, kwargs, _ = self._sliced[item]
         return self._golden(item, name, args, kwargs) is not None
 
+    def _reply_bound(self, item):
+        """The most bytes a reply to the call ``item`` checks can need: twice the reference's results, three
+        times the arguments (gradients, the arguments as the call left them), and room for its messages.
+        Once per check and batch; None where the reference's results cannot be made (the worker's limit)."""
+        if item not in self._bounds:
+            bound = None
+            try:
+                _, args, kwargs = self.preparation.arguments(item, "cpu")
+                made = runner.outputs(item, preparation=self.preparation)
+                if isinstance(made, dict):
+                    bound = 2 * _nbytes(list(made.values())) + 3 * _nbytes([args, kwargs]) + REPLY_ROOM
+            except Exception:  # noqa: BLE001 (the check reports its own case mistake)
+                bound = None
+            self._bounds[item] = bound
+        return self._bounds[item]
+
     def _call_text(self, item):
         """The call ``item`` makes, as the student's function sees it (see feedback.call_text); "" where its
         arguments cannot be made."""
@@ -334,7 +353,7 @@ class Grader:
         """Tell the submission the call ``item`` will make (it computes it while this one is judged)."""
         call = None if item.error is not None or self._case_refused(item) else self._graded_call(item)
         if call is not None and call[0] not in functions.timed_out:
-            functions.ahead(*call, keep=self._reads[item], reuse=item)
+            functions.ahead(*call, keep=self._reads[item], reuse=item, limit=self._reply_bound(item))
 
     def _case_refused(self, item):
         """Why the call ``item`` checks cannot be asked of anyone (a result too large to check, or
@@ -424,8 +443,9 @@ class Grader:
                 values[call] = CallFailed(Status.NOT_IMPLEMENTED, f"the implementation has no `{call.name}`")
             else:
                 asked.append(call)
+        limit = PROPERTY_REPLY + sum(4 * _nbytes([c.args, c.kwargs]) + (64 << 10) for c in asked)
         outcomes = submission.call_all([(c.name, c.args, c.kwargs) for c in asked], timeout=self.call_timeout,
-                                       reuse=reuse)
+                                       reuse=reuse, limit=limit)
         names = list(dict.fromkeys(c.name for c in asked))
         if len(names) > 1 and outcomes and outcomes[0].status in (replies.TIMEOUT, replies.CRASHED):
             # One call hung or killed the process: each name's calls again on their own, so that it is that
@@ -434,7 +454,7 @@ class Grader:
             for name in names:
                 mine = [c for c in asked if c.name == name]
                 by_name.update(zip(map(id, mine), submission.call_all([(c.name, c.args, c.kwargs) for c in mine],
-                                                                      timeout=self.call_timeout)))
+                                                                      timeout=self.call_timeout, limit=limit)))
             outcomes = [by_name[id(c)] for c in asked]
         for call, outcome in zip(asked, outcomes):
             try:
@@ -472,7 +492,8 @@ class Grader:
             outcome = functions.last_grad[1]  # brought back with the value
         else:
             outcome = submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
-                                           timeout=self.call_timeout, reuse=(item, "backward"))
+                                           timeout=self.call_timeout, reuse=(item, "backward"),
+                                           limit=self._reply_bound(item))
         try:
             functions.value(name, outcome)
         except CallFailed as failed:
@@ -593,6 +614,11 @@ def _route_grads(route, name, args, kwargs, dtype):
     grads = torch.autograd.grad(loss, list(labelled.values()), allow_unused=True)
     return {label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
             for (label, t), g in zip(labelled.items(), grads)}
+
+
+def _nbytes(value):
+    """The bytes of the tensors in ``value`` (lists, tuples, dicts, an instance record's state included)."""
+    return sum(t.numel() * t.element_size() for t in wire.tensors_in(value))
 
 
 def _same(a, b):

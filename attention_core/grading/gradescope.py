@@ -20,10 +20,32 @@ from attention_core.harness.text import escape_lines, points
 OUTPUT_LIMIT = 8000  # characters of one test's output
 PICTURE_LIMIT = 40_000  # characters of inline SVG in one test's output
 PICTURES_LIMIT = 400_000  # characters of inline SVG in one results.json
+RESULTS_LIMIT = 1_000_000  # bytes of one results.json (its JSON escapes ASCII-only)
 
 
 def results_json(graded, drawings=None):
-    """Gradescope's results dictionary for one graded submission; ``drawings`` (report.figures) adds heatmaps."""
+    """Gradescope's results dictionary for one graded submission; ``drawings`` (report.figures) adds heatmaps.
+    Its JSON stays under RESULTS_LIMIT bytes whatever the submission printed or replied: the pictures go
+    first, then every output is cut to an equal share."""
+    results = _results(graded, drawings)
+    if drawings is not None and len(_dumps(results)) > RESULTS_LIMIT:
+        results = _results(graded, None)
+    share = OUTPUT_LIMIT
+    while len(_dumps(results)) > RESULTS_LIMIT and share > 100:
+        share //= 2
+        results["output"] = _cut(results["output"], share)
+        for test in results["tests"]:
+            test["output"] = _cut(test["output"], share)
+            test["extra_data"] = {k: _cut(v, share) if isinstance(v, str) else v
+                                  for k, v in test.get("extra_data", {}).items()}
+    return results
+
+
+def _cut(text, most):
+    return text if len(text) <= most else text[:most] + f"\n… ({len(text) - most} more characters)"
+
+
+def _results(graded, drawings):
     budget = [PICTURES_LIMIT]  # what is left of it, spent test by test
     return {
         "score": points(graded.score),

@@ -27,6 +27,7 @@ class RemoteFunctions:
         self.last_grad = None  # (name, outcome) of the latest call that brought gradients back
         self.keep = None  # the result positions the current check reads (the others: shapes only)
         self.ready = None  # (name, args, kwargs, outcome) of the call fetched for the current check
+        self.limit = None  # the most bytes the current check's reply may have (None: the worker's limit)
 
     def get(self, name, default=None):
         return self._function(name) if name in self.submission.names else default
@@ -50,20 +51,21 @@ class RemoteFunctions:
         outcome = None
         if self.gradients and self._small(args, kwargs, reuse):
             outcome = self.submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
-                                                timeout=self.timeout, keep=self.keep, reuse=reuse)
+                                                timeout=self.timeout, keep=self.keep, reuse=reuse, limit=self.limit)
             if outcome.status == replies.RAISED:
                 outcome = None  # it may raise under autograd only (.numpy()): its values still count
             else:
                 self.last_grad = (name, outcome)
         if outcome is None:
-            outcome = self.submission.call(name, args, kwargs, timeout=self.timeout, keep=self.keep, reuse=reuse)
+            outcome = self.submission.call(name, args, kwargs, timeout=self.timeout, keep=self.keep, reuse=reuse,
+                                           limit=self.limit)
         return outcome
 
-    def ahead(self, name, args, kwargs, *, keep, reuse):
+    def ahead(self, name, args, kwargs, *, keep, reuse, limit=None):
         """Say that ``name`` is called next (as :meth:`fetch` would call it, with ``keep``)."""
         grad = self.gradients and self._small(args, kwargs, reuse)
         self.submission.ahead(name, args, kwargs, projection_seed=PROJECTION_SEED if grad else None, keep=keep,
-                              reuse=reuse)
+                              reuse=reuse, limit=limit)
 
     def _small(self, args, kwargs, reuse):
         """_differentiable(args, kwargs), once per batch for the arguments the grader calls ``reuse``."""
