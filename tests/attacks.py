@@ -220,6 +220,18 @@ for ring in (-3, -4):  # KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING
     if libc.syscall(ADD_KEY, b"user", b"@MARK@-key", b"x", 1, ring) >= 0:
         REPORT["keyrings"].append(f"wrote {ring}")
 ''' + PROBE,
+    "session_escape": '''
+import os
+REPORT = {"escaped": []}
+# A session (and so a CPU share) of its own, a process group of its own, memory no limit counts
+for name, attempt in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0)),
+                      ("memfd_create", lambda: os.memfd_create("@MARK@-hoard"))):
+    try:
+        attempt()
+        REPORT["escaped"].append(name)
+    except OSError:
+        pass
+''' + PROBE,
 }
 
 # What each probe's report must say: nothing found, reached, read, connected or written outside.
@@ -228,6 +240,7 @@ CLEAN = {
     "proc_reads": {"read": [], "reached": []},
     "network": {"connected": []},
     "keyring": {"keyrings": []},
+    "session_escape": {"escaped": []},
 }
 
 

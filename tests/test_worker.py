@@ -460,7 +460,7 @@ def test_closing_kills_the_child_and_what_it_started(worker, tmp_path):
     marker = f"spawned-{os.getpid()}-{time.monotonic_ns()}"
     path = tmp_path / "spawner.py"
     path.write_text(f"""import subprocess, os\np = subprocess.Popen([{sys.executable!r}, "-c", "import time; time.sleep(60)",
-                  {marker!r}], start_new_session=True)\n""")
+                  {marker!r}], start_new_session=False)  # (a session of its own is refused)\n""")
     s = worker.open(path)
     child = s.pid
     for _ in range(250):
@@ -618,7 +618,7 @@ def test_when_the_server_dies_the_submission_and_what_it_started_die_too(tmp_pat
     marker = f"orphan-{os.getpid()}-{time.monotonic_ns()}"
     path = tmp_path / "sleeper.py"
     path.write_text(f"import subprocess\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 600', {marker!r}],"
-                    f" start_new_session=True)\n")
+                    f" start_new_session=False)  # (a session of its own is refused)\n")
     w = Worker()
     s = w.open(path)
     for _ in range(250):

@@ -289,16 +289,20 @@ def build(plan, protections, privileged):
 
 
 # The system calls no submission needs and a hostile one would use: the keyrings (where CI tokens live),
-# other processes' memory, the kernel's own programs and modules. Numbers by machine.
+# other processes' memory, the kernel's own programs and modules; a session or process group of its own (the
+# kernel shares CPU time between sessions: each submission runs in one, and its processes stay in it) and
+# memory that no limit counts (memfd). Numbers by machine.
 REFUSED_CALLS = {
     "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "ptrace": 101, "bpf": 321,
                             "perf_event_open": 298, "userfaultfd": 323, "process_vm_readv": 310,
                             "process_vm_writev": 311, "init_module": 175, "finit_module": 313, "kexec_load": 246,
-                            "pidfd_getfd": 438, "process_madvise": 440}),
+                            "pidfd_getfd": 438, "process_madvise": 440, "setsid": 112, "setpgid": 109,
+                            "memfd_create": 319}),
     "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "ptrace": 117, "bpf": 280,
                              "perf_event_open": 241, "userfaultfd": 282, "process_vm_readv": 270,
                              "process_vm_writev": 271, "init_module": 105, "finit_module": 273, "kexec_load": 104,
-                             "pidfd_getfd": 438, "process_madvise": 440}),
+                             "pidfd_getfd": 438, "process_madvise": 440, "setsid": 157, "setpgid": 154,
+                             "memfd_create": 279}),
 }
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 

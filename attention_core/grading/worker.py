@@ -188,6 +188,7 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w, server):
     inner = os.fork()
     if inner == 0:
         try:
+            os.setsid()  # the submission's own session (its CPU share), before the sandbox refuses another
             refused = None
             if plan:
                 try:
@@ -229,7 +230,8 @@ def child_main(request, fds, wire, shared, refused=None):
             {"status": "import error", "message": f"the submission was not run: {refused}", "traceback": [],
              "names": []}))
         return
-    os.setsid()
+    if os.getsid(0) != os.getpid():  # (the guard made it a session leader already, where there is one)
+        os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
