@@ -972,7 +972,7 @@ def test_budget_shared_by_evaluations(small_limits):
     scope = {"z": torch.zeros(100, 100)}
     parse("z + 1").evaluate(scope, budget=budget)
     parse("ones(50, 100)").evaluate(scope, budget=budget)
-    assert budget == Budget(24_000, 15_000)
+    assert (budget.limit, budget.spent) == (24_000, 15_000)
     err = failure("z * 2", scope, budget=budget)
     assert err.message == "`z * 2` refused: would create 10000 more elements, 25000 in all; the budget is 24000"
     assert budget.spent == 15_000  # a refusal spends nothing
@@ -1091,3 +1091,12 @@ def test_sequence_length_limit(monkeypatch):
                                           ((), {"n": 5})])
 def test_the_quick_bound_of_eye_is_its_size(args, kwargs):
     assert expr_module.SIZE_BOUNDS["eye"](args, kwargs) == torch.eye(*args, **kwargs).numel()
+
+
+def test_a_budget_runs_out_of_time_and_a_large_matrix_product_is_refused_before_it_runs():
+    budget = Budget(2**30, seconds=0.0)  # its time already up
+    err = failure("ones(2, 2) + 1", {}, budget=budget)
+    assert "ran out of its time budget of 0 s" in err.message
+    err = failure("ones(2048, 2048) @ ones(2048, 2048)", {})
+    assert err.message.endswith("would take 8589934592 multiply-adds; the limit is 2147483648 (at column 1)") or \
+        "would take 8589934592 multiply-adds; the limit is 2147483648" in err.message

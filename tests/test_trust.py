@@ -2,6 +2,7 @@
 student and a hostile case author, each a test."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -134,3 +135,31 @@ def test_a_results_json_is_cut_to_under_1_mb_however_many_long_outputs_it_holds(
     results = json.loads(text)
     assert len(results["tests"]) == 400 and all("more characters)" in t["output"] for t in results["tests"])
     assert all(t["output"].count("y") > 100 for t in results["tests"])  # each keeps its share
+
+
+SLOW = """document: {title: slow}
+cases:
+  - id: chain
+    inputs:
+      b: {expr: "ones(1000, 1000) / 1000"}
+    checks:
+""" + "".join(f"""      - id: c{i}
+        expr: "((b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b)).sum()"
+        expect:
+          out: 8.0
+""" for i in range(40))
+
+
+def test_a_file_cheap_to_write_and_slow_to_run_runs_out_of_its_time_budget_while_its_neighbours_run(tmp_path):
+    import shutil  # noqa: PLC0415
+    (tmp_path / "slow.yaml").write_text(SLOW, encoding="utf-8")
+    shutil.copy(runner.default_cases_folder() / "001_self_attention.yaml", tmp_path)
+    env = dict(os.environ, ATTENTION_CORE_CASE_SECONDS="0.05", ATTENTION_CORE_FILE_SECONDS="1")
+    run = subprocess.run([sys.executable, "-m", "attention_core", "check", "--cases", str(tmp_path), "--device", "cpu"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert re.search(r"001_self_attention .* 13 +0 +0 +0", out), out  # the neighbour ran, every check passed
+    assert "ran out of its time budget of 0.05 s" in out  # one check: its own budget
+    assert "not run: the case file ran out of its time budget of 1 s" in out  # the rest of the file: not run
+    assert re.search(r"slow\.yaml:\d+: slow/chain/c39", out)  # named at its file and line

@@ -7,8 +7,10 @@ sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
 """
 
 import collections
+import contextlib
 import csv
 import ctypes
+import fcntl
 import gc
 import multiprocessing
 import os
@@ -71,27 +73,43 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     kept = {} if regrade else {name: _kept(out / name, name, digests[name]) for name in names}
     todo = [(path, name) for path, name in zip(paths, names) if kept.get(name) is None]
     graded_now = {}
-    with tqdm(total=len(todo), desc="grading", unit="submission", file=stream, disable=len(todo) < 2) as bar:
-        if jobs > 1 and len(todo) > 1:
-            fresh = _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, options,
-                                  min(jobs, len(todo)), bar)
-        elif todo:
-            fresh = []
-            with Grader(cases, **options) as grader:
-                _freeze()  # this may be the caller's own process: undone below, and malloc left alone
-                try:
-                    for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
-                        fresh.append(_write(graded, name, out))
-                        bar.update()
-                finally:
-                    gc.unfreeze()
-        else:
-            fresh = []
     sources = {name: os.path.abspath(path) for path, name in zip(paths, names)}
-    for one in fresh:
+
+    def finished(one):  # a submission's record, as soon as it is graded: the batch may stop at any moment
         records.write(out / one.name, digests[one.name], one, sources[one.name])
         graded_now[one.name] = one
-    scores = [graded_now.get(name) or kept[name] for name in names]
+
+    interrupted = None
+    with _locked(out, stream) as free, _interruptible():
+        if not free:
+            return 2
+        try:
+            with tqdm(total=len(todo), desc="grading", unit="submission", file=stream, disable=len(todo) < 2) as bar:
+                if jobs > 1 and len(todo) > 1:
+                    _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, options,
+                                  min(jobs, len(todo)), bar, finished)
+                elif todo:
+                    with Grader(cases, **options) as grader:
+                        _freeze()  # this may be the caller's own process: undone below, and malloc left alone
+                        try:
+                            for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
+                                finished(_write(graded, name, out))
+                                bar.update()
+                        finally:
+                            gc.unfreeze()
+        except KeyboardInterrupt as stop:  # ^C, or SIGTERM (see _interruptible): what finished is kept
+            interrupted = str(stop) or "interrupted"
+            print(f"{interrupted}: graded {len(graded_now)}, {len(todo) - len(graded_now)} not graded; the same "
+                  f"command grades the rest (what was graded is not graded again)", file=stream)
+            names = [name for name in names if name in graded_now or kept.get(name) is not None]
+            if not names:
+                return 130
+        scores = [graded_now.get(name) or kept[name] for name in names]
+        return _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0)
+
+
+def _summarise(scores, names, graded_now, out, stream, report, code):
+    """The gradebook, the class summary and the terminal's lines for ``scores``; returns ``code``."""
     skipped = len(names) - len(graded_now)
     print(f"graded {len(graded_now)}, skipped {skipped} as unchanged (--regrade grades them again)"
           if skipped else f"graded {len(graded_now)}", file=stream)
@@ -115,7 +133,50 @@ def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeo
     print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'}, {out / 'gradebook.csv'}, "
           f"{out / 'summary.csv'} and {out / 'summary.html'}",
           file=report)
-    return 0
+    return code
+
+
+LOCK = ".grading.lock"
+
+
+@contextlib.contextmanager
+def _locked(out, stream):
+    """Hold ``out``'s lock for the batch (yields False, having said why, where another batch holds it): two
+    batches never write one gradebook at once."""
+    handle = open(out / LOCK, "a+", encoding="utf-8")  # noqa: SIM115 (held for the batch)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            print(f"error: --out {escape(str(out))} is being written by another grading batch ({escape(holder)}); "
+                  f"wait for it to finish, or give another --out", file=stream)
+            yield False
+            return
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield True
+    finally:
+        handle.close()
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """SIGTERM ends the batch as ^C does (KeyboardInterrupt), where this is the main thread."""
+    def stop(*_):
+        raise KeyboardInterrupt("terminated")
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: the caller's signals stay its own
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _kept(folder, name, digest):
@@ -259,7 +320,7 @@ def _end_quietly(*_):
     sys.exit(1)
 
 
-def _in_processes(paths, names, out, cases, options, jobs, bar):
+def _in_processes(paths, names, out, cases, options, jobs, bar, on_graded):
     # Spawned, not forked: a fork after torch ran parallel work can deadlock. Each process is given its
     # first submission (one reading ahead must not take the next process's first), then they share
     # one queue of the rest, so a slow submission holds up only its own process.
@@ -279,6 +340,7 @@ def _in_processes(paths, names, out, cases, options, jobs, bar):
             if error is not None:
                 raise RuntimeError(f"a grader process failed:\n{error}")
             scores[index] = score
+            on_graded(score)
             bar.update()
         finished = True
     finally:
@@ -307,7 +369,7 @@ def _next_done(done, processes):
     raise RuntimeError(f"a grader process ended before the batch did (exit codes {codes})")
 
 
-RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", "summary.html", ".write-test"}  # the batch's own files in --out
+RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", "summary.html", ".write-test", LOCK}  # the batch's own files in --out
 
 
 def _unique_names(paths, out=None):

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import torch
 
 from attention_core.harness.expr_builtins import (
-    BUILTINS, CONSTANTS, CREATION, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES, Budget,
-    Refused, check_to, created_elements, index_bound, matmul, power, quick_bound, size_on_meta)
+    BUILTINS, CONSTANTS, CREATION, MAX_MULTIPLY_ADDS, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES,
+    Budget, Refused, check_to, created_elements, index_bound, matmul, multiply_adds, power, quick_bound, size_on_meta)
 from attention_core.harness.text import read_float
 
 __all__ = ["ExprError", "Expr", "Budget", "parse", "BUILTINS", "CONSTANTS", "TENSOR_METHODS", "TENSOR_PROPERTIES"]
@@ -77,6 +77,10 @@ def _run(ctx: _Context, node: ast.AST, fn: Callable, args, kwargs=None, bound: C
     """``fn(*args, **kwargs)``, sized on the meta device first unless its quick bound is small."""
     kwargs, budget = kwargs or {}, ctx.budget
     try:
+        budget.check_time()
+        work = multiply_adds(fn, args)
+        if work > MAX_MULTIPLY_ADDS:
+            raise Refused(f"would take {work} multiply-adds; the limit is {MAX_MULTIPLY_ADDS}")
         most = bound(args, kwargs)
         if most > MAX_ELEMENTS or budget.spent + most > budget.limit:
             largest, created = size_on_meta(fn, args, kwargs)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 import operator
+import os
+import time
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -244,18 +246,50 @@ class Refused(Exception):
     """An operation refused before it runs: a limit, or a device move in ``to``."""
 
 
+# Seconds the evaluations sharing one budget may take (a case's inputs, a check's targets); settable.
+CASE_SECONDS = float(os.environ.get("ATTENTION_CORE_CASE_SECONDS", "5"))
+MAX_MULTIPLY_ADDS = 2**31  # of one matrix product: about a second on one core
+
+
 @dataclass
 class Budget:
-    """Elements that the evaluations sharing it may create together (e.g. one case's)."""
+    """Elements that the evaluations sharing it may create together (e.g. one case's), and the time by which
+    they must be done: an expression cheap to write and slow to run ends with a refusal."""
 
     limit: int
     spent: int = 0
+    seconds: float = CASE_SECONDS
+    deadline: float = field(default=0.0)
+
+    def __post_init__(self):
+        self.deadline = self.deadline or time.monotonic() + self.seconds
 
     def reserve(self, count: int) -> None:
         """Refuse ``count`` more elements if they would take the spending past the limit."""
         if self.spent + count > self.limit:
             raise Refused(f"would create {count} more elements, {self.spent + count} in all; "
                           f"the budget is {self.limit}")
+
+    def check_time(self) -> None:
+        """Refuse the next operation once the time is up."""
+        if time.monotonic() > self.deadline:
+            raise Refused(f"ran out of its time budget of {self.seconds:g} s (ATTENTION_CORE_CASE_SECONDS sets it)")
+
+
+MATRIX_PRODUCTS = frozenset({"matmul", "__matmul__", "mm", "bmm"})
+
+
+def multiply_adds(fn, args) -> int:
+    """The multiply-adds of a matrix product ``fn(a, b)`` (0 for any other operation)."""
+    name = getattr(fn, "__name__", "")
+    if name not in MATRIX_PRODUCTS or len(args) < 2:
+        return 0
+    a, b = args[0], args[1]
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.dim() == 0 or b.dim() == 0:
+        return 0
+    rows = a.shape[-2] if a.dim() >= 2 else 1
+    columns = b.shape[-1] if b.dim() >= 2 else 1
+    return broadcast_bound([a.shape[:-2], b.shape[:-2]]) * rows * columns * a.shape[-1]
 
 
 def _magnitude(value) -> int:

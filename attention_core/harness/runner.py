@@ -11,6 +11,7 @@ implementation under test, the reference core is run on the CPU to measure a che
 import contextlib
 import functools
 import os
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,9 +209,28 @@ def judged(item, values, *, device="cpu", preparation=None):
     return _guarded(item, None, device, preparation, judge=values)
 
 
+FILE_SECONDS = float(os.environ.get("ATTENTION_CORE_FILE_SECONDS", "10"))  # one case file's checks together
+_SPENT = {}  # a case file's path -> the seconds its checks have taken in this process
+
+
 def _guarded(item, functions, device, preparation, judge):
     if item.error is not None:
         return Result(Status.CASE_ERROR, item.id, item.location, message=item.error.message)
+    if functions is not None:  # an implementation's run (grading): its own time limits hold
+        return _timed(item, functions, device, preparation, judge)
+    path = str(item.file.path)  # the reference's: the case file's own cost
+    if _SPENT.get(path, 0.0) > FILE_SECONDS:
+        return Result(Status.CASE_ERROR, item.id, item.location, message=(
+            f"not run: the case file ran out of its time budget of {FILE_SECONDS:g} s (its checks together; "
+            f"ATTENTION_CORE_FILE_SECONDS sets it)"))
+    start = time.monotonic()
+    try:
+        return _timed(item, functions, device, preparation, judge)
+    finally:
+        _SPENT[path] = _SPENT.get(path, 0.0) + time.monotonic() - start
+
+
+def _timed(item, functions, device, preparation, judge):
     left = waiting(item.check)
     if left:  # a draft: never run, never passed
         return Result(Status.PENDING, item.id, item.location, message="; ".join(m if n == item.check.line else f"{m} (line {n})"
