@@ -86,6 +86,10 @@ def main(argv=None):
     grade.add_argument("--gradient-points", type=float, default=None, metavar="P",
                        help="points of each backward (gradient and side-effect) check; 0 switches them off "
                             "(default: the assignment's, 1)")
+    grade.add_argument("--roster", type=Path, default=None, metavar="CSV",
+                       help="the class's gradebook as the learning platform exports it (Canvas's gradebook CSV, "
+                            "Moodle's grading worksheet): adds roster.csv (who did not submit) and the grades in "
+                            "that platform's import format")
     grade.add_argument("--property-points", type=float, default=None, metavar="P",
                        help="points of each property check (docs/properties.md); 0 switches them off "
                             "(default: the assignment's, 1)")
@@ -129,7 +133,7 @@ def main(argv=None):
         return grade_command(args.submissions, args.out, assignment=getattr(args, "assignment", None),
                              cases=getattr(args, "cases", None), jobs=args.jobs, call_timeout=args.timeout,
                              budget=args.budget, gradient_points=args.gradient_points,
-                             property_points=args.property_points, regrade=args.regrade)
+                             property_points=args.property_points, regrade=args.regrade, roster=args.roster)
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])
