@@ -2,7 +2,7 @@
 
 Each function's parameters (with their defaults), the names of its results and whether a
 case may grade it. The case loader, the runner, the package's ``__all__``, the float64 torch
-route and the README's spec table all read this; grading's template reads it too. Imports
+route and the spec table of docs/spec.md all read this; grading's template reads it too. Imports
 nothing but the standard library.
 """
 
@@ -35,7 +35,7 @@ class SpecFunction:
     name: str
     params: tuple[Param, ...]
     returns: tuple[str, ...]  # what a check calls its results when it does not say
-    summary: str  # the README's "returns" column
+    summary: str  # the "returns" column of docs/spec.md's table
     purpose: str = ""  # one sentence for the hand-out's docstring
     graded: bool = True  # whether a case's ``call`` may grade it
 
@@ -95,7 +95,7 @@ GRADED = tuple(f.name for f in SPEC if f.graded)
 
 
 def readme_table():
-    """The README's spec table, made from the contract."""
+    """The spec table of docs/spec.md, made from the contract."""
     rows = ["| function | returns |", "|---|---|"]
     rows += [f"| `{f.signature()}` | {f.summary} |" for f in SPEC]
     return "\n".join(rows)

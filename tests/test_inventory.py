@@ -1,4 +1,4 @@
-"""The corpus inventory agrees with the case files, and the README's table is made from it."""
+"""The corpus inventory agrees with the case files, and the docs' corpus table is made from it."""
 
 import io
 import shutil
@@ -10,7 +10,7 @@ from attention_core.harness import inventory, runner
 from attention_core.harness.cases import load_folder
 
 CASES = runner.default_cases_folder()
-README = CASES.parent / "README.md"
+CORPUS_PAGE = CASES.parent / "docs" / "corpus.md"
 DOCUMENTS = ("000_attention_explained", "001_self_attention", "002_attention_mechanism",
              "003_attention_math_trick", "004_self_attention_from_scratch")
 
@@ -28,8 +28,8 @@ def test_every_row_is_encoded_or_says_why_not():
             assert row.refs if row.status == "encoded" else row.reason, row
 
 
-def test_readme_corpus_table_is_made_from_the_inventory():
-    text = README.read_text(encoding="utf-8")
+def test_the_docs_corpus_table_is_made_from_the_inventory():
+    text = CORPUS_PAGE.read_text(encoding="utf-8")
     start = text.index(cli.README_START) + len(cli.README_START)
     table = text[start:text.index(cli.README_END)].strip()
     assert table == inventory.corpus_table(inventory.load(CASES), load_folder(CASES))

@@ -1,4 +1,4 @@
-"""The README's tutorial "Add a worked case", run as written: its files, its commands, its outputs.
+"""The tutorial "Add a worked case" (docs/authoring.md), run as written: its files, its commands, its outputs.
 
 Blocks of the section are marked with HTML comments: ``file PATH`` (write the block),
 ``edit PATH`` (the author's edit: the whole file), ``run`` (each line a command), ``output`` (the
@@ -21,7 +21,7 @@ STEP = re.compile(r"<!-- tutorial: (\w+)(?: (\S+))? -->\n(?:```\w*\n(.*?)^```\n)
 
 
 def section(text, title):
-    """The text of the README's section ``## title``, up to the next heading outside a code block."""
+    """The text of a page's section ``## title``, up to the next heading outside a code block."""
     lines, inside, fenced = [], False, False
     for line in text.splitlines(keepends=True):
         if line.startswith("```"):
@@ -36,9 +36,9 @@ def section(text, title):
 
 
 def steps():
-    """(kind, path, block) for each marked step of the README's tutorial, in order."""
-    tutorial = section((ROOT / "README.md").read_text(encoding="utf-8"), "Add a worked case")
-    assert tutorial, "README.md has no section 'Add a worked case'"
+    """(kind, path, block) for each marked step of the tutorial (docs/authoring.md), in order."""
+    tutorial = section((ROOT / "docs" / "authoring.md").read_text(encoding="utf-8"), "Add a worked case")
+    assert tutorial, "docs/authoring.md has no section 'Add a worked case'"
     return [(m.group(1), m.group(2), m.group(3)) for m in STEP.finditer(tutorial)]
 
 

@@ -120,7 +120,7 @@ def _title(path):
 
 
 SKELETON = """\
-# {name}: worked examples of one document, as checked cases (see README.md, "Case files").
+# {name}: worked examples of one document, as checked cases (see docs/case-format.md).
 document:
   title: "The document's title"
   # origin: where the document is published

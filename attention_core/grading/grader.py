@@ -76,7 +76,7 @@ def sandbox_warning(protections):
     if not missing:
         return ""
     lines = [f"WARNING: this submission ran without {len(missing)} of the sandbox's protections "
-             f"(see the README, Isolation):"]
+             f"(see docs/isolation.md):"]
     lines += [f"  - {sandbox.NAMES.get(name, name)}: not in force ({why})" for name, why in missing.items()]
     return "\n".join(lines)
 

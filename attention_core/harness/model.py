@@ -470,7 +470,7 @@ def json_schema():
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "case-file.schema.json",
             "description": "A case file of attention-core: worked examples of one document as checked cases "
-                           "(see README.md, 'Case files').", **schema}
+                           "(see docs/case-format.md).", **schema}
 
 
 def _numbers_ref(schema):

@@ -1,0 +1,124 @@
+"""Documented behaviours that once had no test: each of these fails when its behaviour is removed."""
+
+import csv
+import io
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_core.cli import Shown, check_command
+from attention_core.harness.devices import covered
+from attention_core.grading import gradescope
+from attention_core.grading.batch import Score, Scores, _unique_names
+from attention_core.grading.grader import Grader
+from attention_core.harness import snapshot, tolerance
+from attention_core.harness.tensor_text import parse_tensor
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAD = ROOT / "examples" / "head"
+CORRECT = HEAD / "submissions" / "correct.py"
+
+
+@pytest.mark.grading
+def test_a_check_s_visibility_from_assignment_yaml_reaches_results_json(tmp_path):
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder)
+    (folder / "assignment.yaml").write_text("checks:\n  head/self_attention: {visibility: hidden}\n")
+    with Grader(assignment=folder, property_points=0) as grader:
+        tests = gradescope.results_json(grader.grade(CORRECT))["tests"]
+    seen = {t["name"]: t["visibility"] for t in tests}
+    assert seen["head/self_attention/output"] == seen["head/self_attention/output/backward"] == "hidden"
+    assert {v for name, v in seen.items() if not name.startswith("head/self_attention/")} == {"visible"}
+
+
+def test_a_taken_name_gets_a_suffix_so_that_no_two_submissions_share_a_folder(tmp_path):
+    paths = [tmp_path / "dirA" / "alice.py", tmp_path / "dirB" / "alice.py", tmp_path / "alice-2.py"]
+    assert _unique_names(paths) == ["alice", "alice-2", "alice-2-2"]
+
+
+@pytest.mark.grading
+def test_gradient_points_0_grades_no_backward_check():
+    with Grader(assignment=HEAD, property_points=0) as with_them:
+        graded = with_them.grade(CORRECT)
+    with Grader(assignment=HEAD, property_points=0, gradient_points=0) as without:
+        plain = without.grade(CORRECT)
+    assert any(g.check_id.endswith("/backward") for g in graded.grades)
+    assert not any(g.check_id.endswith("/backward") for g in plain.grades)
+    assert plain.max_score == graded.max_score - sum(g.max_score for g in graded.grades
+                                                     if g.check_id.endswith("/backward"))
+
+
+@pytest.mark.grading
+def test_the_budget_option_reaches_the_submission_s_process(tmp_path):
+    slow = CORRECT.read_text().replace("    def forward(self, query, key, value):\n",
+                                       "    def forward(self, query, key, value):\n        import time\n"
+                                       "        time.sleep(0.6)\n")
+    (tmp_path / "slow.py").write_text(slow)
+    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--budget", "1",
+                          "--property-points", "0", str(tmp_path / "slow.py"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    text = (tmp_path / "out" / "slow" / "results.json").read_text()
+    # (the calls' own limit is 5 s: a limit under 1 s, or the budget spent, is the budget's doing)
+    assert re.search(r"did not return within 0\.\d+ s|the submission's time budget of 1 s is spent", text), text
+
+
+def test_the_bfloat16_row_of_the_tolerance_table_is_the_rule():
+    page = (ROOT / "docs" / "tolerance.md").read_text()
+    found = re.search(r"bfloat16:\s*([0-9.e-]+), ([0-9.e-]+)\)", page)
+    assert found, "docs/tolerance.md gives no bfloat16 row"
+    assert tolerance.default_tolerance(torch.bfloat16) == (float(found[1]), float(found[2]))
+
+
+def test_a_snapshot_of_a_large_tensor_checks_its_sampled_elements_beyond_its_sums():
+    value = torch.linspace(-3, 3, 8192, dtype=torch.float64).float().reshape(64, 128)  # one slice, over FULL_LIMIT
+    lines = snapshot._serialize_value(value)
+    sampled = [int(i) for line in lines if line.startswith("[") for i in [_flat(line, value.shape)]]
+    i = sampled[0]
+    j = next(k for k in range(value.numel()) if k not in set(sampled) and value.reshape(-1)[k] != value.reshape(-1)[i])
+    swapped = value.clone().reshape(-1)
+    swapped[i], swapped[j] = value.reshape(-1)[j], value.reshape(-1)[i]  # the same sums, the same largest
+    stored = "== out\n" + "\n".join(lines)
+    computed = "== out\n" + "\n".join(snapshot._serialize_value(swapped.reshape(value.shape)))
+    assert snapshot._problems(stored, stored) == []
+    assert snapshot._problems(computed, stored)  # only a sampled element tells them apart
+
+
+def _flat(line, shape):
+    index = [int(n) for n in line[1:line.index("]")].split(",")]
+    flat = 0
+    for size, n in zip(shape, index):
+        flat = flat * size + n
+    return flat
+
+
+def test_an_e_notation_zero_allows_the_smallest_normal_float32_and_no_more():
+    printed = parse_tensor("tensor([0.0000e+00])")
+    allowed = tolerance.printed_allowance(printed, torch.float32)
+    tiny = torch.finfo(torch.float32).tiny
+    assert allowed[0] >= tiny  # a computed 1e-39 prints as 0.0000e+00: it passes
+    assert allowed[0] < 2 * tiny + 1e-44  # and the floor is that, not more
+
+
+def test_the_command_line_prints_the_first_20_problems_in_full_then_one_line_each(tmp_path):
+    checks = "".join(f"      - id: c{i}\n        expr: \"1 + {i}\"\n        expect:\n          out: -1\n" for i in range(25))
+    (tmp_path / "f.yaml").write_text("document: {title: t}\ncases:\n  - id: many\n    checks:\n" + checks)
+    out = io.StringIO()
+    code = check_command(tmp_path, covered(["cpu"]), False, out=out)
+    text = out.getvalue()
+    assert code == 1 and Shown.MAX_REPORTS == 20
+    assert text.count("\nFAILED ") == 20 and "(5 more problems, one line each below)" in text
+
+
+def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_path):
+    scores = [Scores("alice", 1.5, 3, grades=[Score("f/c/a", 1.0, 1), Score("f/c/b", 0.5, 2)]),
+              Scores("bob", 2, 3, grades=[Score("f/c/a", 0.0, 1), Score("f/c/b", 2.0, 2)])]
+    gradescope.write_gradebook(scores, tmp_path / "gradebook.csv")
+    rows = list(csv.reader((tmp_path / "gradebook.csv").open()))
+    assert rows == [["submission", "score", "max_score", "f/c/a", "f/c/b"],
+                    ["alice", "1.5", "3", "1", "0.5"], ["bob", "2", "3", "0", "2"]]
