@@ -69,7 +69,7 @@ class Assignment:
     cases: Path
     graded: dict[str, Graded]
     reference: types.ModuleType | None = None  # None in a students' kit
-    settings: Settings = field(default_factory=Settings)
+    settings: Settings = field(default_factory=lambda: Settings())
     folder: Path | None = None  # None for the built-in default
     builtin: bool = False
 
@@ -134,7 +134,7 @@ def _class_call(cls):
 # ------------------------------------------------------------------------------------------- loading
 
 
-def load(folder, *, need_reference=True):
+def load(folder: str | Path, *, need_reference: bool = True) -> Assignment:
     """The assignment of ``folder``; raises :class:`AssignmentError` naming what is wrong."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -191,7 +191,7 @@ def import_reference(path):
     return module
 
 
-def resolve(assignment=None, cases=None):
+def resolve(assignment: Assignment | str | Path | None = None, cases: str | Path | None = None) -> Assignment:
     """The Assignment a command was given: an Assignment, an assignment's folder, or None (the built-in one);
     ``cases``, a folder that replaces its case folder (``--cases``). Raises AssignmentError or SettingsError."""
     if assignment is None:
@@ -204,7 +204,7 @@ def resolve(assignment=None, cases=None):
 
 
 @functools.cache
-def default():
+def default() -> Assignment:
     """The built-in assignment: the package's reference core, its eight functions, the project's cases."""
     from attention_core import reference  # noqa: PLC0415
     graded = read_spec(reference, Settings())

@@ -37,7 +37,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}{hint} ({self.prog} --help lists what it takes)\n")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m attention_core", description="Golden-value harness for attention mechanisms.")
     # The options may stand before or after the command; a subcommand's copy only sets what it is given.
     common = Parser(add_help=False, argument_default=argparse.SUPPRESS)
@@ -68,9 +68,9 @@ def main(argv=None):
                               help="write what students check themselves with: the visible cases with their "
                                    "expectations recorded, the template, no solution")
     kit.add_argument("kit", type=Path, metavar="KIT", help="the folder to write (it must not exist)")
-    bundle = commands.add_parser("gradescope-bundle", parents=[common],
+    zipped = commands.add_parser("gradescope-bundle", parents=[common],
                                  help="write the zip a Gradescope autograder is built from")
-    bundle.add_argument("zip", type=Path, metavar="OUT.zip", help="the zip to write")
+    zipped.add_argument("zip", type=Path, metavar="OUT.zip", help="the zip to write")
     grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION",
                        help="a student's .py file, .ipynb notebook, or folder (one or many)")
@@ -93,9 +93,9 @@ def main(argv=None):
     grade.add_argument("--property-points", type=float, default=None, metavar="P",
                        help="points of each property check (docs/properties.md); 0 switches them off "
                             "(default: the assignment's, 1)")
-    adequacy = commands.add_parser("adequacy", parents=[common],
+    adequate = commands.add_parser("adequacy", parents=[common],
                                    help="list the mistakes (made from the reference) that no case or property catches")
-    adequacy.add_argument("-v", "--verbose", action="store_true", dest="adequacy_verbose",
+    adequate.add_argument("-v", "--verbose", action="store_true", dest="adequacy_verbose",
                           help="also list each mistake that is caught, and by which check")
     add_authoring_commands(commands, common)
     args = parser.parse_args(argv)

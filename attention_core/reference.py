@@ -15,7 +15,7 @@ import math
 import torch
 
 
-def softmax(x, dim=-1):
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Numerically stable softmax: the row maximum is subtracted before ``exp``.
 
     A row that is all ``-inf`` has no finite maximum; it is shifted by 0 and comes out NaN.
@@ -26,19 +26,20 @@ def softmax(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-def causal_mask(T, device=None):
+def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Bool ``(T, T)``: True where query ``i`` may attend to key ``j``, that is ``j <= i``."""
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
-def causal_average(x):
+def causal_average(x: torch.Tensor) -> torch.Tensor:
     """The "bag of words": row ``t`` of ``(..., T, C)`` becomes the mean of rows ``0..t``."""
     T = x.shape[-2]
     counts = torch.arange(1, T + 1, dtype=x.dtype, device=x.device)  # (T,)
     return x.cumsum(dim=-2) / counts[:, None]  # (..., T, C)
 
 
-def attention(q, k, v, mask=None, scale=None):
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention.
 
     Args:
@@ -64,7 +65,7 @@ def attention(q, k, v, mask=None, scale=None):
     return weights @ v, weights  # (..., Tq, d_v), (..., Tq, Tk)
 
 
-def split_heads(x, n_heads):
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """``(..., T, C)`` -> ``(..., n_heads, T, C // n_heads)``: head ``h`` takes channels ``h*hs .. (h+1)*hs``."""
     *lead, T, C = x.shape
     if C % n_heads:
@@ -73,14 +74,15 @@ def split_heads(x, n_heads):
     return x.transpose(-3, -2)  # (..., nh, T, hs)
 
 
-def merge_heads(x):
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``(..., n_heads, T, hs)`` -> ``(..., T, n_heads * hs)``: the inverse of :func:`split_heads`."""
     *lead, nh, T, hs = x.shape
     x = x.transpose(-3, -2)  # (..., T, nh, hs)
     return x.reshape(*lead, T, nh * hs)  # (..., T, C)
 
 
-def multi_head_attention(x, w_q, w_k, w_v, n_heads, mask=None):
+def multi_head_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, n_heads: int,
+                         mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-head self-attention without an output projection.
 
     ``q = x @ w_q`` (and alike for k, v) with ``w_q`` of shape ``(C, n_heads * d_k)``; the
@@ -97,7 +99,7 @@ def multi_head_attention(x, w_q, w_k, w_v, n_heads, mask=None):
     return merge_heads(output), weights  # (..., T, nh * d_v)
 
 
-def layer_norm(x, eps=1e-5):
+def layer_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """Normalise over the last dimension (biased variance, as ``nn.LayerNorm``), no affine parameters."""
     mean = x.mean(dim=-1, keepdim=True)
     var = x.var(dim=-1, unbiased=False, keepdim=True)

@@ -70,7 +70,7 @@ def test_adequacy_names_the_mistakes_no_case_catches():
     missed = [line for line in run.stdout.splitlines() if line.startswith("  not caught")]
     assert len(missed) == 3 and all("in `MultiHeadAttention`" in line for line in missed), run.stdout
     assert any("the scores are not scaled by the square root of the dimension" in line for line in missed)
-    assert "give the reference's results everywhere tried" in run.stdout  # dropout left out, in eval mode
+    assert "the reference's results everywhere tried" in run.stdout  # dropout left out, in eval mode
 
 
 def test_adequacy_of_an_assignment_whose_cases_catch_everything(tmp_path):

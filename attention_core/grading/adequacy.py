@@ -97,8 +97,8 @@ def report(verdicts, *, verbose=False, stream=None):
     same = [v for v in verdicts if v.caught_by is None and v.same_program]
     caught = [v for v in verdicts if v.caught_by is not None]
     print(f"{len(caught)} of {len(verdicts)} mistakes made from the reference are caught by a check or a property; "
-          f"{len(same)} give the reference's results everywhere tried (the same program); {len(missed)} are not "
-          f"caught.", file=stream)
+          f"{len(same)} give{'s' * (len(same) == 1)} the reference's results everywhere tried (the same program); "
+          f"{len(missed)} {'is' if len(missed) == 1 else 'are'} not caught.", file=stream)
     seen = set()
     for v in missed:
         key = (v.owner, v.mistake)

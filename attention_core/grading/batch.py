@@ -21,6 +21,7 @@ import sys
 import tempfile
 import traceback
 from dataclasses import dataclass, field
+from typing import TextIO
 from pathlib import Path
 
 from tqdm import tqdm
@@ -37,8 +38,10 @@ from attention_core.report.html import submission_page
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
-def grade_command(paths, out, *, assignment=None, cases=None, jobs=1, call_timeout=None, budget=None,
-                  gradient_points=None, property_points=None, regrade=False, roster=None, stream=None, report=None):
+def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = None, cases: Path | None = None,
+                  jobs: int = 1, call_timeout: float | None = None, budget: float | None = None,
+                  gradient_points: float | None = None, property_points: float | None = None, regrade: bool = False,
+                  roster: Path | None = None, stream: TextIO | None = None, report: TextIO | None = None) -> int:
     """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one);
     print one line per submission (to ``report``, stdout by default: the score table a teacher may redirect),
     the progress bar and warnings to ``stream`` (stderr). Exit 0 whenever grading completed; 2 when there is

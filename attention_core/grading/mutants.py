@@ -250,7 +250,7 @@ def multi_head_attention_scaled_by_width(x, w_q, w_k, w_v, n_heads, mask=None):
     return _merge(weights @ v), weights
 
 
-MUTANTS = (
+MUTANTS: tuple[Mutant, ...] = (
     Mutant("no_scale", {"attention": attention_without_scale},
            "the scores q @ kᵀ are not multiplied by the default scale 1 / sqrt(d_k)",
            "Multiply the scores by scale, which defaults to 1 / sqrt(d_k) (q.shape[-1]).", "values"),

@@ -44,7 +44,7 @@ def load(name, folder=None):
 
 INSTANCES = None  # the package's instances.py (loaded by path): a graded class's instance made from its record
 SERVER = os.urandom(6).hex()  # in cgroup names: pids repeat across PID namespaces and servers
-LEFT = set()  # cgroups of reaped submissions not yet removed (their last processes still ending)
+LEFT: set = set()  # cgroups of reaped submissions not yet removed (their last processes still ending)
 
 
 def serve(ctl, wire, sandbox):

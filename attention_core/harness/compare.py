@@ -97,7 +97,7 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
                           finite=finite)
 
 
-_PREPARED = {}  # id of a large expected tensor, while it lives -> {(dtype, rtol, atol, version): prepared}
+_PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(dtype, rtol, atol, version): prepared}
 LARGE = 1 << 16  # elements from which an expected tensor's preparation is kept for its next comparison
 
 

@@ -32,6 +32,7 @@ import operator
 import re
 import types
 from collections.abc import Callable, Collection, Mapping
+from typing import Any, NoReturn
 from dataclasses import dataclass, field
 
 import torch
@@ -109,7 +110,7 @@ def _column(source: str, lineno: int, char_offset: int) -> int:
     return len(source) - len(body) + starts[min(lineno, len(starts)) - 1] + char_offset + 1
 
 
-def _node_column(source: str, node: ast.AST) -> int:
+def _node_column(source: str, node: Any) -> int:  # any node with a position
     # ast gives col_offset in UTF-8 bytes; convert to characters on that line.
     body = source.lstrip()
     line = body[_line_starts(body)[node.lineno - 1]:].encode("utf-8")
@@ -178,17 +179,17 @@ class _Validator:
         self.names: set[str] = set()
         self.calls: set[str] = set()
 
-    def refuse(self, message: str, node: ast.AST | None = None, column: int | None = None):
+    def refuse(self, message: str, node: ast.AST | None = None, column: int | None = None) -> NoReturn:
         if column is None and node is not None:
             column = _node_column(self.source, node)
         raise ExprError(message, column, self.source)
 
-    def visit(self, node: ast.AST | None, depth: int) -> None:
+    def visit(self, node: Any, depth: int) -> None:  # dispatched on its exact node type
         if node is None:  # an absent part of a slice
             return
         if depth > MAX_DEPTH:
             self.refuse(f"expression is nested too deeply; the limit is {MAX_DEPTH}", node)
-        kind, children = type(node), ()
+        kind, children = type(node), ()  # type: tuple[type, tuple[Any, ...]]
         if kind is ast.Constant:
             for refused, name in ((str, "strings"), (bytes, "bytes"), (complex, "complex numbers")):
                 if isinstance(node.value, refused):
@@ -408,7 +409,7 @@ def _eval_arguments(node: ast.Call, ctx: _Context):
 
 
 def _eval_call(node: ast.Call, ctx: _Context):
-    func = node.func
+    func: Any = node.func  # an Attribute (a method), else a Name
     if type(func) is ast.Attribute:
         return _call_method(node, func, ctx)
     supplied = ctx.functions.get(func.id)
@@ -422,6 +423,7 @@ def _eval_call(node: ast.Call, ctx: _Context):
         return result
     if func.id in CREATION:
         kwargs.update(device=ctx.device, default_dtype=ctx.dtype)
+    assert builtin is not None  # (supplied by no caller: a builtin, or refused above)
     return _run(ctx, node, builtin, args, kwargs, SIZE_BOUNDS.get(func.id, quick_bound))
 
 
@@ -502,7 +504,7 @@ class Expr:
         Raises:
             ExprError: if the expression is not a call of a plain name, or an argument fails.
         """
-        node = self.tree.body
+        node: Any = self.tree.body  # a Call, once called_name has said so
         name = called_name(self.tree)
         if name is None:
             raise ExprError("the expression must be one call of a named function, e.g. `f(x, y)`",

@@ -72,7 +72,7 @@ class LoadError:
         return f"{_shown(self.file.path)}:{self.error.line}{column}"
 
 
-_SHOWN_FROM = []  # folders that locations are shown relative to, innermost last; none: the working folder
+_SHOWN_FROM: list = []  # folders that locations are shown relative to, innermost last; none: the working folder
 
 
 @contextlib.contextmanager
@@ -210,7 +210,7 @@ def judged(item, values, *, device="cpu", preparation=None):
 
 
 FILE_SECONDS = float(os.environ.get("ATTENTION_CORE_FILE_SECONDS", "10"))  # one case file's checks together
-_SPENT = {}  # a case file's path -> the seconds its checks have taken in this process
+_SPENT: dict = {}  # a case file's path -> the seconds its checks have taken in this process
 
 
 def _guarded(item, functions, device, preparation, judge):
@@ -523,9 +523,9 @@ def _oracles(item):
 def state_record(state):
     """A module's state (``state_dict`` names -> tensors) as records an expression reads: ``self.key.weight``;
     the members of an ``nn.ModuleList`` or ``nn.Sequential`` by position, ``self.heads[0].W_key.weight``."""
-    tree = {}
+    tree: dict = {}
     for name, value in state.items():
-        node, *path, last = [tree, *name.split(".")]
+        node, *path, last = [tree, *name.split(".")]  # type: ignore[misc]  # a dict, then the name's parts
         for part in path:
             node = node.setdefault(part, {})
         node[last] = value

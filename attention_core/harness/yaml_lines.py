@@ -18,7 +18,8 @@ MAX_NODES = 10**6  # nodes of the document with every alias expanded
 MAX_BYTES = 2**24  # a case file of 16 MiB is far past any document's worked examples
 _MERGE, _STR = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:str"
 _SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
-_PLAIN, _PLAIN_SIZE = {}, 2**16  # a plain scalar's text -> its value (numbers, booleans, null, text)
+_PLAIN: dict = {}  # a plain scalar's text -> its value (numbers, booleans, null, text)
+_PLAIN_SIZE = 2**16  # the most entries _PLAIN keeps
 
 
 class CaseError(Exception):
@@ -86,7 +87,10 @@ class Seq(list):
         self.places = []  # (line, column) of each item
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
+
+
+class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]  # a base chosen at import
     text_lines = ()
 
     def construct_object(self, node, deep=False):
