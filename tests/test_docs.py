@@ -40,3 +40,33 @@ def test_every_link_of_a_page_resolves(page):
         assert where.exists(), f"{page.name}: {target}: no such file"
         if anchor and where.suffix == ".md":
             assert anchor in _anchors(where), f"{page.name}: {target}: no such heading"
+
+
+def _blocks(text, after):
+    """The fenced blocks that follow the first line starting with ``after`` (the command, then its output...)."""
+    tail = text[text.index(after):]
+    return re.findall(r"^```\w*\n(.*?)^```", tail, re.M | re.S)
+
+
+@pytest.mark.grading
+def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
+    import json  # noqa: PLC0415
+    import shlex  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command, shown, excerpt = _blocks(readme, "## Grading, the main job")[:3]
+    words = shlex.split(command.strip())
+    assert words[:4] == ["python", "-m", "attention_core", "grade"]
+    out = tmp_path / "graded"
+    words = [str(out) if w == "/tmp/graded" else w for w in words]
+    paths = [str(p) for p in sorted((ROOT / "examples" / "head" / "submissions").glob("*.py"))]
+    words = [w for w in words if "*" not in w] + paths  # the shell's glob
+    run = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.replace(str(out), "/tmp/graded").strip() == shown.strip()
+    output = json.loads((out / "unscaled" / "results.json").read_text())["tests"]
+    failed = next(t["output"] for t in output if t["status"] == "failed")
+    text = re.sub(r"<[^>]+>", "", failed)  # the text of its HTML form
+    import html  # noqa: PLC0415
+    assert html.unescape(text).startswith(excerpt.strip())

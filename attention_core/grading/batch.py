@@ -15,10 +15,8 @@ import gc
 import multiprocessing
 import os
 import queue
-import shutil
 import signal
 import sys
-import tempfile
 import traceback
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -74,7 +72,7 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
         print(f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
               f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
               file=stream)
-    paths, owned = lms_grouped(paths, out / GATHERED)  # a platform's files of one student: one submission
+    paths, owned = lms.gathered(paths, out / lms.GATHERED)  # a platform's files of one student: one submission
     return _graded_batch(paths, owned, out, chosen, students, stream, report, jobs, regrade, cases,
                          dict(assignment=assignment, call_timeout=call_timeout, budget=budget,
                               gradient_points=gradient_points, property_points=property_points))
@@ -125,7 +123,7 @@ def _graded_batch(paths, owned, out, chosen, students, stream, report, jobs, reg
         scores = [graded_now.get(name) or kept[name] for name in names]
         code = _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0)
         if students is not None:
-            _roster_files(students, scores, owners, chosen.name, out, report)
+            lms.write_roster_files(students, scores, owners, chosen.name, out, report)
         return code
 
 
@@ -155,102 +153,6 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
           f"{out / 'summary.csv'} and {out / 'summary.html'}",
           file=report)
     return code
-
-
-GATHERED = ".gathered"  # in --out: a platform student's files, gathered into one folder (the same each run)
-
-
-def lms_grouped(paths, scratch):
-    """(``paths`` with each platform student's several files (a Canvas or Moodle bulk download writes a
-    submission of two files as two files) gathered into one folder in ``scratch``, under their own file
-    names, every other path as it is; path -> its lms.Owner, where its name gives one)."""
-    owned = {path: lms.owner_of(path) for path in paths}
-    groups = collections.defaultdict(list)
-    for path in paths:
-        owner = lms.owner_of(path)
-        if owner is not None and Path(path).is_file() and not Path(path).is_symlink():
-            groups[(owner.platform, owner.student)].append(Path(path))
-    gathered = {}
-    for (platform, student), files in groups.items():
-        if len(files) < 2:
-            continue
-        owner = lms.owner_of(files[0])
-        folder = scratch / f"{platform}-{student}"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        owned[folder] = owner
-        for file in files:
-            inner = lms.owner_of(file)
-            target = folder / (Path(inner.file).name if inner.file else file.name)
-            if target.exists() or not target.name.strip("."):
-                target = folder / file.name
-            shutil.copyfile(file, target)
-        for file in files:
-            gathered[file] = folder
-    result, seen = [], set()
-    for path in paths:
-        path = gathered.get(Path(path), path)
-        if path not in seen:
-            seen.add(path)
-            result.append(path)
-    return result, owned
-
-
-def _roster_files(students, scores, owners, title, out, report):
-    """The roster's view of the batch (``roster.csv``: each student, their submission and score, or "not
-    submitted"; then the submissions that match no student) and the grades in the platform's own import
-    format (``canvas-import.csv`` or ``moodle-grades.csv``)."""
-    by_student = {}
-    unmatched = []
-    for one in scores:
-        owner = owners.get(one.name)
-        if owner is None or owner.student not in students.by_id():
-            unmatched.append(one)
-        else:
-            by_student[owner.student] = (one, owner)
-    rows = [["student_id", "name", "submission", "score", "max_score", "status"]]
-    for student, name in zip(students.ids, students.names):
-        found = by_student.get(student)
-        if found is None:
-            rows.append([student, name, "", "", "", "not submitted"])
-        else:
-            one, owner = found
-            rows.append([student, name, one.name, points(one.score), points(one.max_score),
-                         "graded, late" if owner.late else "graded"])
-    rows += [["", "", one.name, points(one.score), points(one.max_score), "matches no student"] for one in unmatched]
-    _write_csv(out / "roster.csv", rows)
-    grades = {student: one.score for student, (one, _) in by_student.items()}
-    maximum = max((one.max_score for one in scores), default=0.0)
-    if students.platform == lms.CANVAS:
-        target = out / "canvas-import.csv"
-        lms.write_canvas(students, grades, title, maximum, target)
-    else:
-        target = out / "moodle-grades.csv"
-        feedback = {student: _feedback_line(one) for student, (one, _) in by_student.items()}
-        lms.write_moodle(students, grades, feedback, target)
-    missing = [name for student, name in zip(students.ids, students.names) if student not in by_student]
-    print(f"\nroster: {len(by_student)} of {len(students.ids)} students submitted; not submitted: "
-          f"{', '.join(map(escape, missing)) or 'none'}", file=report)
-    if unmatched:
-        print(f"roster: {len(unmatched)} submission{'s' * (len(unmatched) != 1)} match no student: "
-              f"{', '.join(escape(one.name) for one in unmatched)}", file=report)
-    print(f"wrote {out / 'roster.csv'} and {target} ({students.platform}'s import format)", file=report)
-
-
-def _feedback_line(one):
-    mistakes = sorted({m for g in one.grades for m in g.mistakes})
-    lost = sum(1 for g in one.grades if g.score < g.max_score)
-    text = f"{points(one.score)} of {points(one.max_score)} points; {lost} check{'s' * (lost != 1)} lost points."
-    if mistakes:
-        text += " Named mistakes: " + "; ".join(mistakes) + "."
-    return text + " The full feedback is in your results."
-
-
-def _write_csv(path, rows):
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(rows)
-    partial.replace(path)
 
 
 LOCK = ".grading.lock"
@@ -487,7 +389,7 @@ def _next_done(done, processes):
 
 
 RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", "summary.html", ".write-test", LOCK, "roster.csv",
-            "canvas-import.csv", "moodle-grades.csv", GATHERED}  # the batch's own files in --out
+            "canvas-import.csv", "moodle-grades.csv", lms.GATHERED}  # the batch's own files in --out
 
 
 def _unique_names(paths, out=None):

@@ -25,11 +25,16 @@ A submission whose name follows neither stays a submission of its own (its id is
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from attention_core.harness.text import escape as _escape
+from attention_core.harness.text import points as _points
 
 CANVAS, MOODLE = "canvas", "moodle"
 CANVAS_FILE = re.compile(r"^(?P<name>[a-z0-9]+)_(?P<late>late_)?(?P<id>\d+)_(?P<submission>\d+)_(?P<file>.+)$")
@@ -181,6 +186,105 @@ def _number(value):
 
 def _write(path, rows):
     partial = Path(path).with_name(Path(path).name + ".partial")
+    with partial.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+    partial.replace(path)
+
+
+# ---------------------------------------------------------------- a batch's files
+
+
+GATHERED = ".gathered"  # in --out: a platform student's files, gathered into one folder (the same each run)
+
+
+def gathered(paths, scratch):
+    """(``paths`` with each platform student's several files (a Canvas or Moodle bulk download writes a
+    submission of two files as two files) gathered into one folder in ``scratch``, under their own file
+    names, every other path as it is; path -> its lms.Owner, where its name gives one)."""
+    owned = {path: owner_of(path) for path in paths}
+    groups = collections.defaultdict(list)
+    for path in paths:
+        owner = owner_of(path)
+        if owner is not None and Path(path).is_file() and not Path(path).is_symlink():
+            groups[(owner.platform, owner.student)].append(Path(path))
+    gathered = {}
+    for (platform, student), files in groups.items():
+        if len(files) < 2:
+            continue
+        owner = owner_of(files[0])
+        folder = scratch / f"{platform}-{student}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        owned[folder] = owner
+        for file in files:
+            inner = owner_of(file)
+            target = folder / (Path(inner.file).name if inner.file else file.name)
+            if target.exists() or not target.name.strip("."):
+                target = folder / file.name
+            shutil.copyfile(file, target)
+        for file in files:
+            gathered[file] = folder
+    result, seen = [], set()
+    for path in paths:
+        path = gathered.get(Path(path), path)
+        if path not in seen:
+            seen.add(path)
+            result.append(path)
+    return result, owned
+
+
+def write_roster_files(students, scores, owners, title, out, report):
+    """The roster's view of the batch (``roster.csv``: each student, their submission and score, or "not
+    submitted"; then the submissions that match no student) and the grades in the platform's own import
+    format (``canvas-import.csv`` or ``moodle-grades.csv``)."""
+    by_student = {}
+    unmatched = []
+    for one in scores:
+        owner = owners.get(one.name)
+        if owner is None or owner.student not in students.by_id():
+            unmatched.append(one)
+        else:
+            by_student[owner.student] = (one, owner)
+    rows = [["student_id", "name", "submission", "score", "max_score", "status"]]
+    for student, name in zip(students.ids, students.names):
+        found = by_student.get(student)
+        if found is None:
+            rows.append([student, name, "", "", "", "not submitted"])
+        else:
+            one, owner = found
+            rows.append([student, name, one.name, _points(one.score), _points(one.max_score),
+                         "graded, late" if owner.late else "graded"])
+    rows += [["", "", one.name, _points(one.score), _points(one.max_score), "matches no student"] for one in unmatched]
+    _write_csv(out / "roster.csv", rows)
+    grades = {student: one.score for student, (one, _) in by_student.items()}
+    maximum = max((one.max_score for one in scores), default=0.0)
+    if students.platform == CANVAS:
+        target = out / "canvas-import.csv"
+        write_canvas(students, grades, title, maximum, target)
+    else:
+        target = out / "moodle-grades.csv"
+        feedback = {student: _feedback_line(one) for student, (one, _) in by_student.items()}
+        write_moodle(students, grades, feedback, target)
+    missing = [name for student, name in zip(students.ids, students.names) if student not in by_student]
+    print(f"\nroster: {len(by_student)} of {len(students.ids)} students submitted; not submitted: "
+          f"{', '.join(map(_escape, missing)) or 'none'}", file=report)
+    if unmatched:
+        print(f"roster: {len(unmatched)} submission{'s' * (len(unmatched) != 1)} match no student: "
+              f"{', '.join(_escape(one.name) for one in unmatched)}", file=report)
+    print(f"wrote {out / 'roster.csv'} and {target} ({students.platform}'s import format)", file=report)
+
+
+def _feedback_line(one):
+    mistakes = sorted({m for g in one.grades for m in g.mistakes})
+    lost = sum(1 for g in one.grades if g.score < g.max_score)
+    text = f"{_points(one.score)} of {_points(one.max_score)} points; {lost} check{'s' * (lost != 1)} lost points."
+    if mistakes:
+        text += " Named mistakes: " + "; ".join(mistakes) + "."
+    return text + " The full feedback is in your results."
+
+
+def _write_csv(path, rows):
+    partial = path.with_name(path.name + ".partial")
     with partial.open("w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows(rows)
     partial.replace(path)

@@ -346,3 +346,8 @@ def tensors_in(value):
     if isinstance(value, dict):
         return [t for v in value.values() for t in tensors_in(v)]
     return []
+
+
+def nbytes(value):
+    """The bytes of the tensors in a nested value (an instance record's state included)."""
+    return sum(t.numel() * t.element_size() for t in tensors_in(value))
