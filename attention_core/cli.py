@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from attention_core.authoring.commands import AUTHORING, add_authoring_commands
 from attention_core.harness import inventory, runner
 from attention_core.harness.cases import load_folder
@@ -141,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
                          assignment=chosen)
 
 
+def _terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def chosen_assignment(args):
     """The Assignment the command works on: ``--assignment DIR``, else the built-in one; ``--cases DIR``
     replaces its case folder. Raises ValueError (an AssignmentError or SettingsError) naming the problem."""
@@ -193,7 +202,9 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
         return 1
     rows, errata, shown = {}, [], Shown()
     page = report.Page("attention-core: checks on the reference core", subtitle=str(folder)) if html else None
-    for item in items:
+    progress = tqdm(items, desc="checking", unit="check", file=sys.stderr, leave=False,
+                    disable=not _terminal(sys.stderr) or len(items) < 50)  # a bar on a terminal only
+    for item in progress:
         title = item.file.document.title if item.file.document else ""
         row = rows.setdefault(item.file.name, {"title": title, **dict.fromkeys(COLUMNS, 0)})
         for device in devices if item.error is None else [None]:

@@ -1,12 +1,16 @@
 """Grading throughput: a batch of 25 submissions against a batch of 2, and against one process per submission.
 
-Usage: python benchmarks/grading.py [--jobs N] [--runs N] [--no-loop]
+Usage: python benchmarks/grading.py [--jobs N] [--runs N] [--no-loop] [--scale N]
 Prints the marginal rate (23 submissions over the difference of the two batches' walls, so the
 start-up both pay is excluded; goal: at least 8 submissions/s), with property checks on and off,
 measured side by side (their ratio: goal at least 0.9), the 25-batch's whole wall, and the ratio of
 a fresh-interpreter-per-submission loop's wall to the 25-batch's. The submissions are the library's
 first 18 mutants, the reference, the correct styles of tests/implementations.py, the untouched
 template and one that fails at import. Gradient checks are on.
+
+``--scale N`` grades N submissions (the 25, copied round) as one course batch instead, once, and prints its
+wall (goal for 300 on 2 cores: under 60 s), the size of --out, and the largest resident memory of any one
+process of the batch (the grader processes, their worker servers and submissions).
 """
 
 import argparse
@@ -58,7 +62,10 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-loop", action="store_true", help="skip the one-process-per-submission loop")
+    parser.add_argument("--scale", type=int, default=0, metavar="N", help="grade N submissions as one batch, once")
     args = parser.parse_args()
+    if args.scale:
+        return scale(args.scale, args.jobs)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         paths = submissions(scratch)
@@ -84,6 +91,26 @@ def main():
     w25 = statistics.median(walls["on"][0])
     if loop is not None:
         print(f"one process per submission: {loop:.2f} s for 25, {loop / w25:.1f}x the batch's wall")
+
+
+def scale(count, jobs):
+    import resource  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        (scratch / "base").mkdir()
+        base = submissions(scratch / "base")
+        (scratch / "course").mkdir()
+        paths = []
+        for i in range(count):
+            path = scratch / "course" / f"s{i:04d}.py"
+            shutil.copyfile(base[i % len(base)], path)
+            paths.append(str(path))
+        seconds = wall(paths, scratch / "out", jobs)
+        size = sum(f.stat().st_size for f in (scratch / "out").rglob("*") if f.is_file())
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"{count} submissions: {seconds:.1f} s with --jobs {jobs} ({count / seconds:.1f} submissions/s, start-up "
+          f"included); --out {size / 2**20:.1f} MiB; the largest process of the batch {peak:.0f} MiB resident")
 
 
 if __name__ == "__main__":

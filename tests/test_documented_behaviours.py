@@ -122,3 +122,16 @@ def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_pat
     rows = list(csv.reader((tmp_path / "gradebook.csv").open()))
     assert rows == [["submission", "score", "max_score", "f/c/a", "f/c/b"],
                     ["alice", "1.5", "3", "1", "0.5"], ["bob", "2", "3", "0", "2"]]
+
+
+@pytest.mark.grading
+def test_output_that_is_not_a_terminal_carries_no_carriage_return_nor_escape_code(tmp_path):
+    for name in ("a", "b", "c"):
+        shutil.copy(CORRECT, tmp_path / f"{name}.py")
+    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
+                          "--property-points", "0", *sorted(map(str, tmp_path.glob("*.py"))), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    for text in (run.stdout, run.stderr):
+        assert "\r" not in text and "\x1b" not in text, repr(text[:400])
+    assert "graded 3" in run.stderr

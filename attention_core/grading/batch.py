@@ -100,7 +100,8 @@ def _graded_batch(paths, owned, out, chosen, students, stream, report, jobs, reg
         if not free:
             return 2
         try:
-            with tqdm(total=len(todo), desc="grading", unit="submission", file=stream, disable=len(todo) < 2) as bar:
+            with tqdm(total=len(todo), desc="grading", unit="submission", file=stream,
+                      disable=len(todo) < 2 or not _terminal(stream)) as bar:  # a bar, with the time left: a TTY's
                 if jobs > 1 and len(todo) > 1:
                     _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, options,
                                   min(jobs, len(todo)), bar, finished)
@@ -153,6 +154,14 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
           f"{out / 'summary.csv'} and {out / 'summary.html'}",
           file=report)
     return code
+
+
+def _terminal(stream):
+    """Whether ``stream`` is a terminal: output that is not one gets no carriage return, no escape code."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 LOCK = ".grading.lock"
