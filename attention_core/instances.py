@@ -5,8 +5,10 @@ parentheses and calls it with the second. The reference's instance is drawn from
 seeded stream (as a notebook's ``torch.manual_seed(123)`` then ``CausalAttention(...)``); an
 implementation's instance is made with the same arguments and then given the reference's
 parameters and buffers by ``state_dict`` name, so the order in which it makes its layers never
-matters. Imports only torch: the grading worker loads this file by path.
+matters. Imports only torch and the standard library: the grading worker loads this file by path.
 """
+
+from types import SimpleNamespace
 
 import torch
 
@@ -120,3 +122,23 @@ def parameters(instance):
     """(state_dict name, tensor) of an instance's trainable floating parameters, in their order (a frozen one,
     ``requires_grad=False``, has no gradient to check)."""
     return [(name, p) for name, p in instance.named_parameters() if p.is_floating_point() and p.requires_grad]
+
+
+def state_record(state):
+    """A module's state (``state_dict`` names -> tensors) as records an expression reads: ``self.key.weight``;
+    the members of an ``nn.ModuleList`` or ``nn.Sequential`` by position, ``self.heads[0].W_key.weight``."""
+    tree: dict = {}
+    for name, value in state.items():
+        node, *path, last = [tree, *name.split(".")]  # type: ignore[misc]  # a dict, then the name's parts
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return _record(tree)
+
+
+def _record(node):
+    if not isinstance(node, dict):
+        return node
+    if node and all(key.isdigit() for key in node):  # a list of modules: indexed, in order
+        return tuple(_record(node.get(str(i))) for i in range(max(map(int, node)) + 1))
+    return SimpleNamespace(**{key: _record(value) for key, value in node.items()})

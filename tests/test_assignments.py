@@ -435,7 +435,7 @@ def test_an_oracle_reads_a_module_lists_members_by_position():
     chosen = assignments.load(BOOK)
     item = next(i for i in runner.collect(chosen.cases, chosen) if i.id == "chapter3/wrapper/context")
     _, args, _ = runner.Preparation().arguments(item, "cpu")
-    record = runner.state_record(args[0][instances.INSTANCE]["state"])
+    record = instances.state_record(args[0][instances.INSTANCE]["state"])
     assert torch.equal(record.heads[1].W_key.weight, args[0][instances.INSTANCE]["state"]["heads.1.W_key.weight"])
 
 

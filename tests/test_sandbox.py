@@ -175,10 +175,13 @@ def test_a_harmful_submission_fails_its_checks_with_a_clear_reason(batch, name, 
 
 def test_a_reply_larger_than_its_call_can_need_fails_that_call_and_is_never_read(batch):
     _, (_, results, _, _) = batch
-    softmax = [t for t in results["huge_reply"]["tests"] if t["output"].startswith("implementation error")
-               and "The call: softmax(" in t["output"] and not t["name"].startswith("properties/")]
-    assert softmax and all("bytes this call can need" in t["output"] and "it was not read" in t["output"]
-                           for t in softmax)
+    softmax = [t for t in results["huge_reply"]["tests"] if "The call: softmax(" in t["output"]
+               and not t["name"].startswith("properties/")]
+    assert softmax and all(t["status"] == "failed" for t in softmax)
+    replied = [t for t in softmax if t["output"].startswith("implementation error")]
+    assert all("bytes this call can need" in t["output"] and "it was not read" in t["output"] for t in replied)
+    # (on a loaded machine the 80 MB may not be made within --timeout 2: then the call times out instead)
+    assert replied or all(t["output"].startswith("timeout") for t in softmax)
 
 
 def test_a_results_json_stays_under_1_mb_whatever_the_submission_says(batch):

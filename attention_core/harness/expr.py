@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ast
 import operator
-import re
 import types
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, NoReturn
@@ -40,6 +39,8 @@ import torch
 from attention_core.harness.expr_builtins import (
     BUILTINS, CONSTANTS, CREATION, MAX_MULTIPLY_ADDS, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES,
     Budget, Refused, check_to, created_elements, index_bound, matmul, multiply_adds, power, quick_bound, size_on_meta)
+from attention_core.harness.expr_tree import attr_column, called_name, makes_instance, node_column, segment  # noqa: F401
+from attention_core.harness.expr_tree import column as source_column
 from attention_core.harness.text import read_float
 
 __all__ = ["ExprError", "Expr", "Budget", "parse", "BUILTINS", "CONSTANTS", "TENSOR_METHODS", "TENSOR_PROPERTIES"]
@@ -95,42 +96,6 @@ def _run(ctx: _Context, node: ast.AST, fn: Callable, args, kwargs=None, bound: C
     return result
 
 
-# --------------------------------------------------------------------------- positions
-
-
-def _line_starts(text: str) -> list[int]:
-    # Character offsets where each line begins (ast counts \n, \r\n and \r as line ends).
-    return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
-
-
-def _column(source: str, lineno: int, char_offset: int) -> int:
-    """1-based column in ``source`` of a 0-based character offset on a line of its parsed text."""
-    body = source.lstrip()
-    starts = _line_starts(body)
-    return len(source) - len(body) + starts[min(lineno, len(starts)) - 1] + char_offset + 1
-
-
-def _node_column(source: str, node: Any) -> int:  # any node with a position
-    # ast gives col_offset in UTF-8 bytes; convert to characters on that line.
-    body = source.lstrip()
-    line = body[_line_starts(body)[node.lineno - 1]:].encode("utf-8")
-    return _column(source, node.lineno, len(line[: node.col_offset].decode("utf-8", errors="replace")))
-
-
-def _attr_column(source: str, node: ast.Attribute) -> int:
-    # The column of the attribute name itself (``x.__class__`` -> the ``_``), when locatable.
-    segment = ast.get_source_segment(source.lstrip(), node) or ""
-    if node.end_lineno == node.lineno and segment.endswith(node.attr):
-        return _node_column(source, node) + len(segment) - len(node.attr)
-    return _node_column(source, node)
-
-
-def _segment(source: str, node: ast.AST) -> str:
-    # The node's source text on one line.
-    text = ast.get_source_segment(source.lstrip(), node) or ast.unparse(node)
-    return " ".join(text.split()) if "\n" in text or "\r" in text else text
-
-
 # --------------------------------------------------------------------------- validation
 
 _BINOPS: dict[type, Callable] = {
@@ -181,7 +146,7 @@ class _Validator:
 
     def refuse(self, message: str, node: ast.AST | None = None, column: int | None = None) -> NoReturn:
         if column is None and node is not None:
-            column = _node_column(self.source, node)
+            column = node_column(self.source, node)
         raise ExprError(message, column, self.source)
 
     def visit(self, node: Any, depth: int) -> None:  # dispatched on its exact node type
@@ -240,7 +205,7 @@ class _Validator:
         elif isinstance(func, ast.Attribute):
             self.check_attribute(func)
             if func.attr not in TENSOR_METHODS:
-                self.refuse(f"method '{func.attr}' is not allowed", column=_attr_column(self.source, func))
+                self.refuse(f"method '{func.attr}' is not allowed", column=attr_column(self.source, func))
             self.visit(func.value, depth + 1)
         else:
             self.refuse("only named functions and tensor methods can be called", func)
@@ -261,7 +226,7 @@ class _Validator:
     def check_attribute(self, node: ast.Attribute) -> None:
         if node.attr.startswith("_"):
             self.refuse(f"attributes starting with '_' are not allowed: '{node.attr}'",
-                        column=_attr_column(self.source, node))
+                        column=attr_column(self.source, node))
         if isinstance(node.value, _LITERAL_NODES):
             self.refuse("attributes and methods are only allowed on tensors and records", node)
 
@@ -279,7 +244,7 @@ def _parse_tree(source: str) -> ast.Expression:
         return ast.parse(source.lstrip(), mode="eval")
     except SyntaxError as exc:
         if exc.offset:
-            raise ExprError(f"syntax error: {exc.msg}", _column(source, exc.lineno or 1, exc.offset - 1),
+            raise ExprError(f"syntax error: {exc.msg}", source_column(source, exc.lineno or 1, exc.offset - 1),
                             source) from None
         column = len(source.rstrip()) + 1
         raise ExprError(f"syntax error: {exc.msg} (the expression ends early)", column, source) from None
@@ -330,13 +295,13 @@ class _Context:
         self.budget = Budget(MAX_TOTAL_ELEMENTS) if budget is None else budget
 
     def error(self, message: str, node: ast.AST) -> ExprError:
-        return ExprError(message, _node_column(self.source, node), self.source)
+        return ExprError(message, node_column(self.source, node), self.source)
 
     def failure(self, node: ast.AST, exc: BaseException) -> ExprError:
         # "`q @ k` failed: <torch's first line>", or "refused" for a refusal.
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         verb = "refused" if isinstance(exc, Refused) else "failed"
-        return self.error(f"`{_segment(self.source, node)}` {verb}: {text}", node)
+        return self.error(f"`{segment(self.source, node)}` {verb}: {text}", node)
 
 
 def _evaluate(node: ast.AST, ctx: _Context):
@@ -356,7 +321,7 @@ def _eval_binop(node: ast.BinOp, ctx: _Context):
     op = _BINOPS[type(node.op)]
     sequences = isinstance(left, (tuple, list)), isinstance(right, (tuple, list))
     if any(sequences) and op is not operator.add:  # no `[0] * 10**9` (nor `[0] * tensor([10**9])`)
-        raise ctx.error(f"`{_segment(ctx.source, node)}` failed: only `+` is allowed on tuples and lists", node)
+        raise ctx.error(f"`{segment(ctx.source, node)}` failed: only `+` is allowed on tuples and lists", node)
     if all(sequences) and len(left) + len(right) > MAX_SEQUENCE:
         length = len(left) + len(right)
         raise ctx.failure(node, Refused(f"would create a sequence of {length} items; the limit is {MAX_SEQUENCE}"))
@@ -376,7 +341,7 @@ def _apply(node, ctx: _Context, op: Callable, operands):
 def _eval_subscript(node: ast.Subscript, ctx: _Context):
     value, index = _evaluate(node.value, ctx), _evaluate(node.slice, ctx)
     if not isinstance(value, (Tensor, tuple, list)):  # torch.Size is a tuple
-        raise ctx.error(f"`{_segment(ctx.source, node)}` failed: cannot index a {type(value).__name__}", node)
+        raise ctx.error(f"`{segment(ctx.source, node)}` failed: cannot index a {type(value).__name__}", node)
     if isinstance(value, Tensor):
         return _run(ctx, node, operator.getitem, (value, index), bound=index_bound)
     return _apply(node, ctx, operator.getitem, (value, index))
@@ -399,7 +364,7 @@ def _eval_attribute(node: ast.Attribute, ctx: _Context):
         return getattr(value, attr)
     else:
         problem = f"cannot read attribute '{attr}' of a {type(value).__name__}"
-    raise ctx.error(f"`{_segment(ctx.source, node)}` failed: {problem}", node)
+    raise ctx.error(f"`{segment(ctx.source, node)}` failed: {problem}", node)
 
 
 def _eval_arguments(node: ast.Call, ctx: _Context):
@@ -431,7 +396,7 @@ def _call_method(node: ast.Call, func: ast.Attribute, ctx: _Context):
     receiver = _evaluate(func.value, ctx)
     name = func.attr
     if not isinstance(receiver, Tensor):
-        raise ctx.error(f"`{_segment(ctx.source, node)}` failed: '{name}' is a tensor method, "
+        raise ctx.error(f"`{segment(ctx.source, node)}` failed: '{name}' is a tensor method, "
                         f"and the value is a {type(receiver).__name__}", node)
     args, kwargs = _eval_arguments(node, ctx)
     args = [receiver, *args]
@@ -508,7 +473,7 @@ class Expr:
         name = called_name(self.tree)
         if name is None:
             raise ExprError("the expression must be one call of a named function, e.g. `f(x, y)`",
-                            _node_column(self.source, node), self.source)
+                            node_column(self.source, node), self.source)
         args, kwargs = _eval_arguments(node, _Context(self.source, scope, functions, device, dtype, budget))
         return name, args, kwargs
 
@@ -521,18 +486,3 @@ class Expr:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Call)):
             return None
         return _eval_arguments(node.func, _Context(self.source, scope, functions, device, dtype, budget))
-
-
-def makes_instance(tree: ast.Expression) -> bool:
-    """Whether the expression makes a class's instance and calls it, ``C(a)(x)``."""
-    return isinstance(tree.body, ast.Call) and isinstance(tree.body.func, ast.Call)
-
-
-def called_name(tree: ast.Expression) -> str | None:
-    """The name an expression calls as a whole: ``f`` of ``f(x)`` and ``C`` of ``C(a)(x)``; else None."""
-    node = tree.body
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return node.func.id
-    return None

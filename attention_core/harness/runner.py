@@ -8,104 +8,24 @@ implementation under test, the reference core is run on the CPU to measure a che
 (see ``harness/tolerance.py``).
 """
 
-import contextlib
-import functools
 import os
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
 from attention_core import assignment as assignments
 from attention_core import instances
 from attention_core.harness import compare, tolerance
-from attention_core.harness.cases import load_folder
 from attention_core.harness.expr import Budget, ExprError
 from attention_core.harness.fields import MAX_CASE_ELEMENTS
 from attention_core.harness.inputs import has_rounded_inputs, materialise
+from attention_core.harness.items import CheckItem, LoadError, collect, locations_relative_to  # noqa: F401 (its front ends' way in)
 from attention_core.harness.model import (CallCheck, DrawInput, OracleExpectation, PrintedExpectation, ShapeExpectation,
                                           ValuesExpectation, waiting)
 from attention_core.harness.refusals import REFERENCE, copied, reference_refuses, too_large  # noqa: F401
 from attention_core.harness.results import CallFailed, Failure, Result, Status
-from attention_core.harness.text import escape
-
-
-@dataclass(frozen=True, eq=False)  # hashed by identity: a cache key
-class CheckItem:
-    """One check of one case."""
-
-    file: object  # CaseFile
-    case: object  # model.Case
-    check: object  # model.CallCheck or model.ExprCheck
-    error = None  # a loaded check has no error; see LoadError
-
-    @property
-    def id(self):
-        return f"{self.file.name}/{self.case.id}/{self.check.id}"
-
-    @property
-    def location(self):
-        """``path:line`` of the check."""
-        return f"{_shown(self.file.path)}:{self.check.line}"
-
-
-@dataclass(frozen=True, eq=False)
-class LoadError:
-    """A case (or a whole file) that failed to load: one failing item of its own."""
-
-    file: object  # CaseFile
-    error: object  # CaseError
-    case = check = None
-
-    @property
-    def id(self):
-        case = self.error.case_id
-        return f"{self.file.name}/{case}/invalid" if case else f"{self.file.name}/invalid"
-
-    @property
-    def location(self):
-        """``path:line`` (``path:line:column`` where the column is known) of the error."""
-        column = f":{self.error.column}" if self.error.column else ""
-        return f"{_shown(self.file.path)}:{self.error.line}{column}"
-
-
-_SHOWN_FROM: list = []  # folders that locations are shown relative to, innermost last; none: the working folder
-
-
-@contextlib.contextmanager
-def locations_relative_to(folder):
-    """Show check locations relative to ``folder`` meanwhile (grading: the case folder's parent, so
-    that a student reads ``cases/x.yaml:12`` whatever folder the grader was started from)."""
-    _SHOWN_FROM.append(Path(folder).resolve())
-    try:
-        yield
-    finally:
-        _SHOWN_FROM.pop()
-
-
-def _shown(path):
-    cwd = Path(os.getcwd())
-    return _shown_from(path if path.is_absolute() else cwd / path, _SHOWN_FROM[-1] if _SHOWN_FROM else cwd)
-
-
-@functools.lru_cache(maxsize=4096)
-def _shown_from(path, root):
-    if path.is_relative_to(root):
-        path = path.relative_to(root)
-    return escape(path)  # a file's name may hold control characters
-
-
-def collect(folder, assignment=None):
-    """Every check of every case file in ``folder``, load errors included, in a stable order; their calls
-    settled against ``assignment`` (default: the built-in one)."""
-    items = []
-    for case_file in load_folder(folder, assignment):
-        items += [LoadError(case_file, err) for err in case_file.errors]
-        items += [CheckItem(case_file, case, check) for case in case_file.cases for check in case.checks]
-    return items
 
 
 default_cases_folder = assignments.default_cases_folder
@@ -508,7 +428,7 @@ def _oracles(item):
         except Exception as err:
             raise _Stop(Status.CASE_ERROR, f"the instance of `{item.check.expr.source}` could not be made: "
                                            f"{_describe(err)}") from None
-        scope = {**scope, "self": state_record(args[0][instances.INSTANCE]["state"])}
+        scope = {**scope, "self": instances.state_record(args[0][instances.INSTANCE]["state"])}
     values = {}
     for e in wanted:
         try:
@@ -518,26 +438,6 @@ def _oracles(item):
                                            f"{_describe(err)}") from None
         values[e.target] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float64)
     return values
-
-
-def state_record(state):
-    """A module's state (``state_dict`` names -> tensors) as records an expression reads: ``self.key.weight``;
-    the members of an ``nn.ModuleList`` or ``nn.Sequential`` by position, ``self.heads[0].W_key.weight``."""
-    tree: dict = {}
-    for name, value in state.items():
-        node, *path, last = [tree, *name.split(".")]  # type: ignore[misc]  # a dict, then the name's parts
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return _record(tree)
-
-
-def _record(node):
-    if not isinstance(node, dict):
-        return node
-    if node and all(key.isdigit() for key in node):  # a list of modules: indexed, in order
-        return tuple(_record(node.get(str(i))) for i in range(max(map(int, node)) + 1))
-    return SimpleNamespace(**{key: _record(value) for key, value in node.items()})
 
 
 def _numerics(item):
