@@ -70,3 +70,19 @@ def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
     text = re.sub(r"<[^>]+>", "", failed)  # the text of its HTML form
     import html  # noqa: PLC0415
     assert html.unescape(text).startswith(excerpt.strip())
+
+
+def test_the_readme_s_worked_case_passes_as_written(tmp_path):
+    import io  # noqa: PLC0415
+    from attention_core.cli import check_command  # noqa: PLC0415
+    from attention_core.harness.devices import covered  # noqa: PLC0415
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## A worked case"):readme.index("## Grading, the main job")]
+    (case,) = re.findall(r"^```yaml\n(.*?)^```", section, re.M | re.S)
+    (tmp_path / "softmax.yaml").write_text(case, encoding="utf-8")
+    out = io.StringIO()
+    assert check_command(tmp_path, covered(["cpu"]), False, out=out) == 0, out.getvalue()
+    assert re.search(r"softmax +Attention mechanism +1 +0", out.getvalue()), out.getvalue()
+    broken = case.replace("0.6652", "0.6653")  # one digit off: the check fails
+    (tmp_path / "softmax.yaml").write_text(broken, encoding="utf-8")
+    assert check_command(tmp_path, covered(["cpu"]), False, out=io.StringIO()) == 1
