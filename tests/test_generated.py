@@ -102,3 +102,17 @@ def test_mistakes_written_apart_from_the_reference_are_named_or_given_with_what_
     # scaling by sqrt(d_out) gives what reading the size from shape[1] gives on every case: both are said
     (scale,) = said["m14_mha_scale_by_dout"]
     assert scale.startswith("Possible mistakes") and "the square root of `d_out`" in scale
+
+
+def test_making_the_mutants_runs_nothing_of_the_reference_but_its_definitions_again(tmp_path):
+    import shutil  # noqa: PLC0415
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder)
+    marker = tmp_path / "loads"
+    with (folder / "reference.py").open("a") as handle:  # a reference whose import does work of its own
+        handle.write(f"\nLOADED = open({str(marker)!r}, 'a').write('x')  # say, a dataset loaded\n")
+    chosen = assignment.load(folder)
+    assert marker.read_text() == "x"
+    made = generated.generate(chosen)
+    assert len(made) > 10 and marker.read_text() == "x"  # its import's work, done once
+    assert all(m.functions["Head"].cls is not chosen.functions["Head"].cls for m in made)  # each its own class

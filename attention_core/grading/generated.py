@@ -13,9 +13,10 @@ where the usual slips of attention code can be made, and makes each slip there, 
 * a layer of the module (``self.out_proj(...)``) not applied.
 
 Each kind carries its own sentence ("the scores are divided by the dimension itself instead of its
-square root"), never a line number or a constant's value. A mutant is the whole reference module
-with that one change, compiled and run here, in the grader (the reference is the teacher's own
-code): top-level statements other than imports, definitions and assignments are left out. A
+square root"), never a line number or a constant's value. A mutant is the reference module with
+that one change, made here, in the grader (the reference is the teacher's own code): its functions
+and classes are defined again, one of them changed, in a copy of the namespace the reference's
+import left (its imports and constants), so nothing else of the reference runs again. A
 mutant that gives the reference's results everywhere it is run is the same program (dropout left
 out in eval mode) and names nothing.
 """
@@ -32,8 +33,7 @@ from attention_core import assignment as assignments
 from attention_core.grading.mutants import Mutant
 from attention_core.grading.slips import Context, Slip, context_of, slips
 
-KEPT_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
-                  ast.AnnAssign)
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # made again; the rest is the import's
 
 
 # ---------------------------------------------------------------------------------------- making the mutants
@@ -79,10 +79,10 @@ def generate(chosen, source=None, path=None):
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    tree.body = [node for node in tree.body if isinstance(node, KEPT_TOP_LEVEL)]
+    tree.body = [node for node in tree.body if isinstance(node, DEFINITIONS)]
     found = []
     for number, place in enumerate(places(tree, chosen.graded)):
-        module = _mutated(tree, place, path)
+        module = _mutated(tree, place, path, vars(chosen.reference))
         if module is None:
             continue
         functions = assignments.callables(module, chosen.graded)
@@ -100,8 +100,10 @@ def kind_of(mutant):
     return mutant.name.split(":")[1]
 
 
-def _mutated(tree, place, path):
-    """The module of ``tree`` with the slip of ``place`` made; None where it does not compile or run."""
+def _mutated(tree, place, path, imported):
+    """The module of ``tree`` (the reference's definitions) with the slip of ``place`` made; None where it does
+    not compile or run. Its definitions are made again in a copy of ``imported`` (the reference's namespace,
+    as its import left it: its imports and constants), so that nothing else of the reference runs again."""
     changed = copy.deepcopy(tree)
     nodes = list(ast.walk(changed))
     target = nodes[place.index]
@@ -114,6 +116,7 @@ def _mutated(tree, place, path):
         return None
     ast.fix_missing_locations(changed)
     module = types.ModuleType(f"_generated_mutant_{place.owner}_{place.index}")
+    module.__dict__.update({k: v for k, v in imported.items() if k not in ("__name__", "__spec__", "__loader__")})
     module.__file__ = path
     try:
         exec(compile(changed, path or "<reference>", "exec"), module.__dict__)  # noqa: S102 (the teacher's own code)
