@@ -19,7 +19,7 @@ from attention_core.harness import inventory, runner
 from attention_core.harness.cases import load_folder
 from attention_core.harness.devices import DEVICES, covered, skip_reason
 from attention_core.harness.results import Status, one_line, render
-from attention_core.harness.text import escape
+from attention_core.harness.text import escape, is_terminal
 from attention_core.report import html as report
 
 
@@ -143,13 +143,6 @@ def main(argv: list[str] | None = None) -> int:
                          assignment=chosen)
 
 
-def _terminal(stream):
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 def chosen_assignment(args):
     """The Assignment the command works on: ``--assignment DIR``, else the built-in one; ``--cases DIR``
     replaces its case folder. Raises ValueError (an AssignmentError or SettingsError) naming the problem."""
@@ -203,7 +196,7 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
     rows, errata, shown = {}, [], Shown()
     page = report.Page("attention-core: checks on the reference core", subtitle=str(folder)) if html else None
     progress = tqdm(items, desc="checking", unit="check", file=sys.stderr, leave=False,
-                    disable=not _terminal(sys.stderr) or len(items) < 50)  # a bar on a terminal only
+                    disable=not is_terminal(sys.stderr) or len(items) < 50)  # a bar on a terminal only
     for item in progress:
         title = item.file.document.title if item.file.document else ""
         row = rows.setdefault(item.file.name, {"title": title, **dict.fromkeys(COLUMNS, 0)})

@@ -25,9 +25,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attention_core.grading import gradescope, lms, records
+from attention_core.grading.properties.model import is_property
 from attention_core.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning, submission_name
-from attention_core.harness.text import escape, points
+from attention_core.harness.text import escape, is_terminal, points
 from attention_core.report.figures import Drawings
 from attention_core.report.class_page import class_page
 from attention_core.report.html import submission_page
@@ -101,7 +102,7 @@ def _graded_batch(paths, owned, out, chosen, students, stream, report, jobs, reg
             return 2
         try:
             with tqdm(total=len(todo), desc="grading", unit="submission", file=stream,
-                      disable=len(todo) < 2 or not _terminal(stream)) as bar:  # a bar, with the time left: a TTY's
+                      disable=len(todo) < 2 or not is_terminal(stream)) as bar:  # a bar, with the time left: a TTY's
                 if jobs > 1 and len(todo) > 1:
                     _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, options,
                                   min(jobs, len(todo)), bar, finished)
@@ -154,14 +155,6 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
           f"{out / 'summary.csv'} and {out / 'summary.html'}",
           file=report)
     return code
-
-
-def _terminal(stream):
-    """Whether ``stream`` is a terminal: output that is not one gets no carriage return, no escape code."""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 LOCK = ".grading.lock"
@@ -285,7 +278,7 @@ def class_summary(scores, path):
             made |= set(grade.mistakes)
         mistakes.update(made)
     rows = [("mistake", m, n) for m, n in mistakes.most_common()] + \
-        [("property" if c.startswith("properties/") else "check", c, n) for c, n in failed.most_common()]
+        [("property" if is_property(c) else "check", c, n) for c, n in failed.most_common()]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["kind", "what", "students", "of"])

@@ -17,6 +17,7 @@ import torch
 
 from attention_core import reference, spec
 from attention_core.grading import generated, mutants, wire
+from attention_core.grading.properties.model import is_property
 from attention_core.harness import compare, runner, tolerance
 from attention_core.harness.results import Status
 
@@ -45,7 +46,9 @@ class Diagnoser:
     def __init__(self, preparation=None, library=mutants.MUTANTS, calls=CALLS, generated=(), probes=(),
                  reference_functions=None):
         self.library, self.calls = library, calls
-        self.generated = list(generated)  # mistakes made from the reference (generated.py), named where singled out
+        # mistakes made from the reference (generated.py), named where singled out: a list, or what makes one
+        # (called on first need: a batch where nothing fails never makes them)
+        self._generated = generated
         self.probes = list(probes)  # the assignment's properties: a mutant's verdicts on them are evidence too
         self.reference_functions = reference_functions or {}
         self._verdicts_of = {}  # mutant's name -> {property id: whether it holds}
@@ -61,7 +64,7 @@ class Diagnoser:
         passed = {g.check_id for g in graded.grades if g.result.passed}
         wrong = {_function_of(g) for g in graded.grades if not g.result.passed and g.item.error is None}
         for grade in graded.grades:
-            if grade.result.passed or grade.item.error is not None or grade.check_id.startswith("properties/"):
+            if grade.result.passed or grade.item.error is not None or is_property(grade.check_id):
                 continue  # a property's failure names itself
             if grade.check_id.endswith("/backward"):
                 values_right = grade.check_id.removesuffix("/backward") in passed
@@ -81,6 +84,12 @@ class Diagnoser:
 
     # ---------------------------------------------------------------- mistakes made from the reference
 
+    @property
+    def generated(self):
+        if callable(self._generated):
+            self._generated = list(self._generated())
+        return self._generated
+
     def _name_generated(self, grades):
         """For each graded name that lost points and that no mistake of the library named: the generated
         mistakes of its code whose results match the student's on every check and property of that name
@@ -99,7 +108,7 @@ class Diagnoser:
                 continue
             fitting = [m for m in self.generated if generated.owner_of(m) == name and self._fits(m, own)]
             sentences = list(dict.fromkeys((m.mistake, m.fix) for m in fitting))
-            checks = sum(not g.check_id.startswith("properties/") for g in own)
+            checks = sum(not is_property(g.check_id) for g in own)
             properties_ = len(own) - checks
             evidence = f"{checks} check{'s' * (checks != 1)}" + (
                 f" and {properties_} propert{'ies' if properties_ != 1 else 'y'}" if properties_ else "")
@@ -118,7 +127,7 @@ class Diagnoser:
     def _fits(self, mutant, grades):
         """Whether ``mutant`` gives what the student got on each of ``grades`` (one graded name's)."""
         for grade in grades:
-            if grade.check_id.startswith("properties/"):
+            if is_property(grade.check_id):
                 if self._holds(mutant, grade.check_id) != grade.result.passed:
                     return False
                 continue
@@ -244,7 +253,7 @@ def _name_failing_parts(grades, calls=CALLS):
     multi_head_attention built on the student's own wrong attention fails where attention does)."""
     def failing(grade):
         return grade.item.error is None and not grade.check_id.endswith("/backward") and \
-            not grade.check_id.startswith("properties/") and \
+            not is_property(grade.check_id) and \
             _ran_wrong(grade.result, grade.item.check.function)
     wrong = {g.item.check.function for g in grades if failing(g)}
     for grade in grades:

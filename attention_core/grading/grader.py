@@ -9,6 +9,7 @@ tensors in place.
 """
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -72,7 +73,7 @@ class Grader(BackwardChecks, PropertyGrades):
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         # The mutant library names mistakes of the built-in spec's functions only.
         # and mistakes made from the reference itself (generated.py) name those of any assignment's names.
-        made = generated.generate(assignment)
+        made = functools.partial(generated.generate, assignment)  # on first need
         self.diagnoser = Diagnoser(self.preparation, generated=made, reference_functions=assignment.functions) \
             if assignment.builtin else Diagnoser(self.preparation, library=(), generated=made,
                                                   calls=calls_of(assignment.reference, assignment.names),

@@ -255,7 +255,7 @@ def write_roster_files(students, scores, owners, title, out, report):
             rows.append([student, name, one.name, _points(one.score), _points(one.max_score),
                          "graded, late" if owner.late else "graded"])
     rows += [["", "", one.name, _points(one.score), _points(one.max_score), "matches no student"] for one in unmatched]
-    _write_csv(out / "roster.csv", rows)
+    _write(out / "roster.csv", rows)
     grades = {student: one.score for student, (one, _) in by_student.items()}
     maximum = max((one.max_score for one in scores), default=0.0)
     if students.platform == CANVAS:
@@ -281,10 +281,3 @@ def _feedback_line(one):
     if mistakes:
         text += " Named mistakes: " + "; ".join(mistakes) + "."
     return text + " The full feedback is in your results."
-
-
-def _write_csv(path, rows):
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(rows)
-    partial.replace(path)

@@ -15,6 +15,14 @@ _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 6, 6, 6
 _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 200, 200, 60
 
 
+def is_terminal(stream):
+    """Whether ``stream`` is a terminal: output that is not one gets no carriage return, no escape code."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def escape(text):
     """``text`` with every non-printable character (ESC, newline, tab, bidi marks...) shown as an escape."""
     text = str(text)

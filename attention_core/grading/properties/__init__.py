@@ -33,6 +33,7 @@ from attention_core.grading.properties.model import (  # noqa: F401 (the room's 
     Part,
     Probe,
     PropertyItem,
+    is_property,
     second_calls,
 )
 from attention_core.grading.properties.relations import GENERIC, KINDS
@@ -172,15 +173,11 @@ def probes(assignment, items, preparation=None, points=None):
 
 def _reference_holds(part, functions):
     """Whether the reference holds ``part`` (a relation it breaks, or inputs it cannot take, is no property)."""
-    probe = Probe("", "", "", [part])
-    try:
-        with warnings.catch_warnings():  # (a reference's own x.T on a batch warns: not the teacher's news here)
-            warnings.simplefilter("ignore")
-            values = {c: _reference_call(functions, c) for c in part.calls}
-            values.update({c: _reference_call(functions, c) for c in second_calls([probe], values)})
-        return probe.judge(values) is None
-    except Exception:  # noqa: BLE001 (the reference raises on these inputs: no property there)
+    try:  # (a call that raises is the relation's failure; a relation that cannot read the results, too)
+        (verdict,) = evaluate([Probe("", "", "", [part])], functions).values()
+    except Exception:  # noqa: BLE001
         return False
+    return verdict[1] is None
 
 
 def _reference_call(functions, call):
@@ -202,7 +199,8 @@ def evaluate(found, functions):
 
 
 def evaluate_call(functions, call):
-    """``call`` made with ``functions`` here (its tensors copied, without autograd)."""
+    """``call`` made with ``functions`` here (its tensors copied, without autograd; the warnings of a
+    reference's own code, an ``x.T`` on a batch, are not the reader's news)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _reference_call(functions, call)
@@ -212,8 +210,6 @@ def _outcome(functions, call):
     if call.name not in functions:
         return CallFailed(Status.NOT_IMPLEMENTED, f"the implementation has no `{call.name}`")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return _reference_call(functions, call)
+        return evaluate_call(functions, call)
     except Exception as err:  # noqa: BLE001 (the call's failure is the property's)
         return CallFailed(Status.IMPLEMENTATION_ERROR, f"`{call.name}` raised {type(err).__name__}: {err}")

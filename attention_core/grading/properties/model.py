@@ -14,6 +14,11 @@ from attention_core.harness.results import CallFailed
 
 PREFIX = "properties"
 
+
+def is_property(check_id):
+    """Whether a grade's id is a property's (``properties/<name>/<kind>``) rather than a check's."""
+    return check_id.startswith(PREFIX + "/")
+
 class Broken(Exception):
     """A result that cannot be read as the property needs (not a tensor, a wrong shape): the property fails."""
 
@@ -177,19 +182,14 @@ def results(value, returns):
 
 def close(a, b, dtype):
     """Whether ``a`` and ``b`` agree as two runs of one right answer in ``dtype`` may (NaN matching NaN)."""
-    if a.shape != b.shape:
-        return False
-    if not (a.is_floating_point() and b.is_floating_point()):
+    if a.shape == b.shape and not (a.is_floating_point() and b.is_floating_point()):
         return torch.equal(a, b)
-    rtol, atol = tolerance.agreement_tolerance(dtype)
-    a, b = a.double(), b.double()
-    finite = b[torch.isfinite(b)]
-    scale = float(finite.abs().max()) if finite.numel() else 0.0
-    return bool(torch.isclose(a, b, rtol=rtol, atol=atol + rtol * scale, equal_nan=True).all())
+    return first_difference(a, b, dtype) is None
 
 
 def first_difference(a, b, dtype):
-    """The index (a tuple) of the first position where ``a`` and ``b`` differ beyond rounding; None."""
+    """The index (a tuple) of the first position where ``a`` and ``b`` differ beyond rounding (``()`` where
+    their shapes differ); None where they agree."""
     if a.shape != b.shape:
         return ()
     rtol, atol = tolerance.agreement_tolerance(dtype)
