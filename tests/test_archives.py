@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from attention_core.grading import archives
+from tests.outputs import folder, last_part
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
 CORRECT = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
@@ -75,9 +76,9 @@ def test_a_batch_of_zips_grades_the_good_ones_and_refuses_the_hostile_with_rows_
                           *map(str, sorted(subs.iterdir())), "--out", str(out)], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
+    scores = {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"alice": "6", "carol": "6", "eve": "0", "mallory": "0"}
-    assert "would lie outside its folder" in json.loads((out / "eve" / "results.json").read_text())["output"]
-    assert "the limit is 104857600" in json.loads((out / "mallory" / "results.json").read_text())["output"]
+    assert "would lie outside its folder" in json.loads((folder(out, "eve") / "results.json").read_text())["output"]
+    assert "the limit is 104857600" in json.loads((folder(out, "mallory") / "results.json").read_text())["output"]
     assert not (tmp_path / "escaped.py").exists() and not (subs.parent / "escaped.py").exists()
     assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < 5 << 20

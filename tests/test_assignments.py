@@ -19,6 +19,7 @@ from attention_core import assignment as assignments
 from attention_core import instances
 from attention_core.harness import runner
 from attention_core.settings import SettingsError, read_settings
+from tests.outputs import folder, last_part
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -32,7 +33,7 @@ def cli(*args, cwd=None, timeout=300):
 
 def _scores(run):
     """submission -> its score, from grade's table."""
-    return {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
+    return {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}
 
 
 def pytest_run(*args, cwd):
@@ -211,11 +212,11 @@ def test_a_batch_of_book_submissions_is_graded_with_the_credit_of_each_class(tmp
     out = tmp_path / "out"
     run = cli("grade", "--property-points", "0", "--assignment", BOOK, *sorted((BOOK / "submissions").iterdir()), "--out", out, "--jobs", "2")
     assert run.returncode == 0, run.stderr[-2000:]
-    scores = {line.split()[0]: line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
+    scores = {last_part(line.split()[0]): line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"mask_after_softmax": ["8", "/", "12"], "notebook": ["12", "/", "12"],
                       "renamed_projection": ["8", "/", "12"], "reordered": ["12", "/", "12"],
                       "v1_unscaled": ["10", "/", "12"]}
-    results = {n: json.loads((out / n / "results.json").read_text()) for n in scores}
+    results = {n: json.loads((folder(out, n) / "results.json").read_text()) for n in scores}
     lost = {n: sorted({t["name"].split("/")[1] for t in r["tests"] if t["score"] < t["max_score"]})
             for n, r in results.items()}
     assert lost == {"mask_after_softmax": ["causal_attention", "wrapper"], "notebook": [],
@@ -322,7 +323,7 @@ def test_the_head_example_grades_its_correct_and_its_wrong_submission(tmp_path):
     run = cli("grade", "--property-points", "0", "--assignment", HEAD, HEAD / "submissions" / "correct.py", HEAD / "submissions" / "unscaled.py",
               "--out", tmp_path / "out")
     assert run.returncode == 0, run.stderr[-2000:]
-    scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
+    scores = {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"correct": "6", "unscaled": "2"}
 
 
@@ -341,7 +342,7 @@ def test_a_module_in_train_mode_draws_its_dropout_as_the_notebook_did(tmp_path):
         f"        expect: {{out: {{values: {json.dumps(expected)}, rtol: 1.0e-6, atol: 1.0e-6}}}}\n")
     assert cli("--assignment", folder).returncode == 0
     run = cli("grade", "--property-points", "0", "--assignment", folder, HEAD / "submissions" / "correct.py", "--out", tmp_path / "out")
-    scores = {line.split()[0]: line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
+    scores = {last_part(line.split()[0]): line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
     assert run.returncode == 0 and scores == {"correct": ["2", "/", "2"]}, run.stdout + run.stderr[-2000:]
 
 
@@ -403,17 +404,17 @@ def test_buffers_are_the_students_own_so_a_wrong_mask_shows_and_another_conventi
     (tmp_path / "blocked.py").write_text(blocked)
     (tmp_path / "wrong.py").write_text(wrong)
     run = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "blocked.py", tmp_path / "wrong.py", "--out", tmp_path / "o")
-    scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
+    scores = {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"blocked": "4", "wrong": "2"}, run.stdout + run.stderr[-1500:]
 
 
 @pytest.mark.grading
 def test_a_check_the_case_cannot_compute_is_worth_nothing_to_anyone_and_charged_to_no_one(tmp_path):
-    folder = _masked_assignment(tmp_path / "a", oracle="self.nothing.weight")
+    course = _masked_assignment(tmp_path / "a", oracle="self.nothing.weight")
     (tmp_path / "s.py").write_text(MASKED)
-    run = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
+    run = cli("grade", "--property-points", "0", "--assignment", course, tmp_path / "s.py", "--out", tmp_path / "o")
     assert run.returncode == 0 and _scores(run) == {"s": "2"}, run.stdout + run.stderr[-1500:]
-    results = json.loads((tmp_path / "o" / "s" / "results.json").read_text())
+    results = json.loads((folder(tmp_path / "o", "s") / "results.json").read_text())
     broken = next(t for t in results["tests"] if t["name"] == "m/c/v")
     assert (broken["score"], broken["max_score"]) == (0, 0) and "not graded" in broken["output"]
     assert "m.yaml" not in broken["output"]
@@ -464,7 +465,7 @@ def test_a_script_that_ends_in_exit_is_graded_and_one_that_does_not_import_is_to
     (tmp_path / "raises.py").write_text("raise RuntimeError('not done yet')\n" + correct)
     run = cli("grade", "--property-points", "0", "--assignment", HEAD, tmp_path / "exits.py", tmp_path / "raises.py", "--out", tmp_path / "o")
     assert _scores(run) == {"exits": "6", "raises": "0"}, run.stdout + run.stderr[-1500:]
-    results = json.loads((tmp_path / "o" / "raises" / "results.json").read_text())
+    results = json.loads((folder(tmp_path / "o", "raises") / "results.json").read_text())
     assert results["output"].startswith("0 of 6 points.") and "RuntimeError: not done yet" in results["output"]
     for test in results["tests"]:
         assert "could not be read" not in test["output"] and "the values are wrong" not in test["output"]

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tests.outputs import folder
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -65,7 +66,7 @@ def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
     run = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.replace(str(out), "/tmp/graded").strip() == shown.strip()
-    output = json.loads((out / "unscaled" / "results.json").read_text())["tests"]
+    output = json.loads((folder(out, "unscaled") / "results.json").read_text())["tests"]
     failed = next(t["output"] for t in output if t["status"] == "failed")
     text = re.sub(r"<[^>]+>", "", failed)  # the text of its HTML form
     import html  # noqa: PLC0415

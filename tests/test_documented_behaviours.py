@@ -13,11 +13,12 @@ import torch
 
 from attention_core.cli import Shown, check_command
 from attention_core.harness.devices import covered
-from attention_core.grading import gradescope
-from attention_core.grading.batch import Score, Scores, _unique_names
+from attention_core.grading import gradescope, ids
+from attention_core.grading.batch import Score, Scores
 from attention_core.grading.grader import Grader
 from attention_core.harness import snapshot, tolerance
 from attention_core.harness.tensor_text import parse_tensor
+from tests.outputs import folder
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -36,9 +37,19 @@ def test_a_check_s_visibility_from_assignment_yaml_reaches_results_json(tmp_path
     assert {v for name, v in seen.items() if not name.startswith("head/self_attention/")} == {"visible"}
 
 
-def test_a_taken_name_gets_a_suffix_so_that_no_two_submissions_share_a_folder(tmp_path):
-    paths = [tmp_path / "dirA" / "alice.py", tmp_path / "dirB" / "alice.py", tmp_path / "alice-2.py"]
-    assert _unique_names(paths) == ["alice", "alice-2", "alice-2-2"]
+def test_a_submission_s_id_is_its_path_from_the_working_folder_and_no_two_ids_share_a_folder(tmp_path):
+    paths = [Path(p) for p in ("subs/dirA/alice.py", "subs/dirB/alice.py", "subs/alice-2.py", "subs/gradebook.csv.py",
+                               "subs/...py", "subs/x.ipynb", "subs/./dirA/../b.zip", "subs/s.py", "subs/s.ipynb")]
+    assert ids.submission_ids(paths, cwd=tmp_path) == [
+        "subs/dirA/alice", "subs/dirB/alice", "subs/alice-2", "subs/gradebook.csv", "subs/...py", "subs/x", "subs/b",
+        "subs/s.py", "subs/s.ipynb"]
+    assert ids.submission_ids([tmp_path.parent / "elsewhere.py"], cwd=tmp_path) == [str(tmp_path.parent / "elsewhere")]
+    assert ids.submission_ids([Path("ev\x1bil.py")], cwd=tmp_path) == ["ev\\x1bil"]  # printable
+    taken = ["a", "a/results.json", "%a", "results.json", "/a", "%root/a", "x" * 300, "b/" + "y" * 300]
+    folders = [ids.folder_of(tmp_path, t) for t in taken]
+    assert len(set(folders)) == len(folders)
+    assert all(f.is_relative_to(tmp_path / "submissions") and ".." not in f.parts for f in folders)
+    assert not any(f / own in folders for f in folders for own in ids.OWN_FILES)  # no id's folder is another's file
 
 
 @pytest.mark.grading
@@ -63,7 +74,7 @@ def test_the_budget_option_reaches_the_submission_s_process(tmp_path):
                           "--property-points", "0", str(tmp_path / "slow.py"), "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 0, run.stderr
-    text = (tmp_path / "out" / "slow" / "results.json").read_text()
+    text = (folder(tmp_path / "out", "slow") / "results.json").read_text()
     # (the calls' own limit is 5 s: a limit under 1 s, or the budget spent, is the budget's doing)
     assert re.search(r"did not return within 0\.\d+ s|the submission's time budget of 1 s is spent", text), text
 

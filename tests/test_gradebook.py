@@ -48,10 +48,10 @@ def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_pa
     for submission in ("correct.py", "unscaled.py"):
         run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
                               str(HEAD / "submissions" / submission), "--out", str(out)],
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)  # HEAD lies outside
         assert run.returncode == 0, run.stderr[-2000:]
     rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
-    assert rows == {"correct": ["6", "6"], "unscaled": ["2", "6"]}
+    assert rows == {str(HEAD / "submissions" / "correct"): ["6", "6"], str(HEAD / "submissions" / "unscaled"): ["2", "6"]}
 
 
 def test_rows_of_different_maximums_are_reported(tmp_path):
@@ -113,7 +113,7 @@ def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_
     (subs / "unscaled.py").write_text((HEAD / "submissions" / "correct.py").read_text() + "\n# fixed\n")
     assert "graded 1, skipped 1 as unchanged" in grade()
     rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
-    assert rows == {"correct": ["6", "6"], "unscaled": ["6", "6"]}
+    assert rows == {str(subs / "correct"): ["6", "6"], str(subs / "unscaled"): ["6", "6"]}
     assert "graded 2" in grade("--regrade")
 
 
@@ -125,9 +125,9 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
         (tmp_path / student / "attention.py").write_bytes((HEAD / "submissions" / "correct.py").read_bytes())
     for student in ("alice", "carol", "alice"):
         run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
-                              str(tmp_path / student / "attention.py"), "--out", str(out)],
-                             capture_output=True, text=True, timeout=300)
+                              f"{student}/attention.py", "--out", "out"],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-2000:]
     rows = {row[0] for row in _rows(out / "gradebook.csv")[1:]}
-    assert rows == {"attention", "attention-2"}  # alice's, then carol's; alice again: her own, skipped
+    assert rows == {"alice/attention", "carol/attention"}  # alice's, then carol's; alice again: her own, skipped
     assert "skipped 1 as unchanged" in run.stderr

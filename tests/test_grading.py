@@ -24,6 +24,7 @@ from attention_core.grading import mutants
 from attention_core.grading.grader import Grader
 from attention_core.grading.template import template
 from attention_core.harness import runner
+from tests.outputs import folder, last_part
 
 pytestmark = pytest.mark.grading
 
@@ -70,18 +71,18 @@ def attention(q, k, v, mask=None, scale=None):
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
     """Every submission graded in one run; returns (results by name, gradebook rows, exit code)."""
-    folder = tmp_path_factory.mktemp("submissions")
+    subs = tmp_path_factory.mktemp("submissions")
     files = {"template": template(), "reference": REFERENCE, **HOSTILE}
     files.update({style.lower(): _style(style) for style in STYLES})
     files.update(numpy_scale="import numpy as np\n" + REFERENCE.replace("math.sqrt(", "np.sqrt("))
     files.update({f"mutant_{m.name}": mutants.submission_source(m) for m in mutants.MUTANTS})
     paths = []
     for name, text in files.items():
-        (folder / f"{name}.py").write_text(text, encoding="utf-8")
-        paths.append(str(folder / f"{name}.py"))
+        (subs / f"{name}.py").write_text(text, encoding="utf-8")
+        paths.append(str(subs / f"{name}.py"))
     out = tmp_path_factory.mktemp("out")
     code = main(["grade", *paths, "--out", str(out), "--jobs", "2"])
-    results = {name: json.loads((out / name / "results.json").read_text(encoding="utf-8")) for name in files}
+    results = {name: json.loads((folder(out, name) / "results.json").read_text(encoding="utf-8")) for name in files}
     with (out / "gradebook.csv").open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     return results, rows, code
@@ -102,7 +103,7 @@ def test_grading_completes_with_exit_0_and_gradescope_fields(batch):
             assert test["extra_data"]["status"] in ("passed", "failed", "case error", "not implemented",
                                                     "implementation error", "timeout", "harness error")
     assert list(rows[0])[:3] == ["submission", "score", "max_score"]
-    assert {row["submission"] for row in rows} == set(results)
+    assert {last_part(row["submission"]) for row in rows} == set(results)
 
 
 def test_the_reference_and_every_correct_style_get_full_marks(batch):
@@ -295,7 +296,7 @@ def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths
     monkeypatch.chdir(elsewhere)  # neither the project nor the course folder
     assert main(["grade", str(tmp_path / "student.py"), "--cases", str(course / "cases"), "--out", "out"]) == 0
     for written in ("results.json", "report.html"):
-        text = (elsewhere / "out" / "student" / written).read_text(encoding="utf-8")
+        text = (folder(elsewhere / "out", "student") / written).read_text(encoding="utf-8")
         # The teacher's report names the case file from its folder; a student's feedback names none.
         assert (f"cases/{shipped.name}:" in text) == (written == "report.html"), written
         assert str(course) not in text and str(runner.default_cases_folder().parent) not in text, written

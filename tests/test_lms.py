@@ -67,19 +67,19 @@ def test_a_canvas_batch_gets_a_roster_with_who_did_not_submit_and_the_grades_in_
     (subs / "stranger.py").write_text(CORRECT)
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
-                          *map(str, sorted(subs.iterdir())), "--out", str(out),
+                          *(f"subs/{p.name}" for p in sorted(subs.iterdir())), "--out", str(out),
                           "--roster", str(SAMPLES / "canvas_gradebook.csv")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     table = _rows(out / "roster.csv")
     assert table[0] == ["student_id", "name", "submission", "score", "max_score", "status"]
     jane, john, ann, stranger = table[1:]
-    assert jane[:3] == ["12345", "Smith, Jane", "smithjane_12345_777_attention"] and jane[3] == jane[4] and \
+    assert jane[:3] == ["12345", "Smith, Jane", "subs/smithjane_12345_777_attention"] and jane[3] == jane[4] and \
         jane[5] == "graded"
     assert john[5] == "graded, late" and float(john[3]) < float(john[4])
     assert ann == ["12347", "Lee, Ann", "", "", "", "not submitted"]
-    assert stranger[2] == "stranger" and stranger[5] == "matches no student"
-    assert "not submitted: Lee, Ann" in run.stdout and "1 submission match no student: stranger" in run.stdout
+    assert stranger[2] == "subs/stranger" and stranger[5] == "matches no student"
+    assert "not submitted: Lee, Ann" in run.stdout and "1 submission match no student: subs/stranger" in run.stdout
     imported = _rows(out / "canvas-import.csv")
     header = imported[0]
     assert header[:6] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Attention heads (5521)"]
@@ -103,12 +103,13 @@ def test_a_moodle_batch_gathers_a_student_s_files_and_fills_the_grading_workshee
     (subs / "John Doe_302_assignsubmission_file_attention.py").write_text(UNSCALED)
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
-                          *map(str, sorted(subs.iterdir())), "--out", str(out),
+                          *(f"subs/{p.name}" for p in sorted(subs.iterdir())), "--out", str(out),
                           "--roster", str(SAMPLES / "moodle_worksheet.csv")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     table = {row[0]: row for row in _rows(out / "roster.csv")[1:]}
     assert table["301"][5] == "graded" and table["301"][3] == table["301"][4]  # two files, one submission, full
+    assert table["301"][2] == "subs/moodle-301"  # named as if it lay beside the student's files
     assert table["302"][5] == "graded" and table["303"][5] == "not submitted"
     sheet = _rows(out / "moodle-grades.csv")
     header = sheet[0]

@@ -17,6 +17,7 @@ from attention_core.grading.grader import Grader
 from attention_core.harness import runner
 from attention_core.settings import PROPERTY_KINDS, SettingsError, read_settings
 from tests.implementations import STYLES
+from tests.outputs import folder
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -228,7 +229,7 @@ def test_the_book_s_mask_after_softmax_breaks_causality_and_its_right_classes_ho
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     for name in ("reordered", "notebook", "mask_after_softmax"):
-        tests = json.loads((out / name / "results.json").read_text())["tests"]
+        tests = json.loads((folder(out, name) / "results.json").read_text())["tests"]
         broken = {t["name"] for t in tests if t["name"].startswith("properties/") and t["status"] != "passed"}
         if name == "mask_after_softmax":
             assert broken == {"properties/CausalAttention/causal", "properties/MultiHeadAttentionWrapper/causal"}

@@ -113,7 +113,7 @@ def run_batch(mode):
                         str(helper), mode, str(result), mark, *command], cwd=ROOT, env=env, check=True, timeout=900)
         seconds = time.monotonic() - start
         ran = json.loads(result.read_text())
-        results = {p.parent.name: json.loads(p.read_text()) for p in out.glob("*/results.json")}
+        results = {p.parent.name: json.loads(p.read_text()) for p in out.rglob("results.json")}
         escaped = [str(p) for p in [*scratch.rglob(f"{mark}-*"), *ROOT.glob(f"{mark}-*"), *Path("/tmp").glob(f"{mark}-*")]]
         return ran, results, escaped, seconds
     finally:

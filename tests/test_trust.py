@@ -1,6 +1,7 @@
 """Submissions read as data, answers held to the spec's kind, case files bounded: the attacks of a hostile
 student and a hostile case author, each a test."""
 
+import csv
 import json
 import re
 import os
@@ -12,6 +13,7 @@ import pytest
 
 from attention_core import reference
 from attention_core.harness import runner
+from tests.outputs import folder, last_part
 
 REFERENCE = Path(reference.__file__).read_text(encoding="utf-8")
 
@@ -30,11 +32,11 @@ def test_a_linked_submission_is_never_followed_and_gets_its_own_row(tmp_path):
     os.symlink(reference.__file__, tmp_path / "folder" / "helpers.py")
     run = _grade(tmp_path / "honest.py", tmp_path / "linked.py", tmp_path / "folder", "--out", tmp_path / "out")
     assert run.returncode == 0, run.stderr[-2000:]
-    scores = {line.split()[0]: line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
+    scores = {last_part(line.split()[0]): line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
     assert scores["honest"][0] == scores["honest"][2] != "0"
     assert scores["linked"][0] == "0" and scores["folder"][0] == "0"
     for name in ("linked", "folder"):
-        output = json.loads((tmp_path / "out" / name / "results.json").read_text())["output"]
+        output = json.loads((folder(tmp_path / "out", name) / "results.json").read_text())["output"]
         assert "is a symbolic link; a submission is read as data, and its links are never followed" in output
 
 
@@ -43,7 +45,7 @@ def test_a_complex_answer_whose_real_part_is_right_fails_by_name(tmp_path):
     complex_softmax = REFERENCE + "\n_s = softmax\n\ndef softmax(x, dim=-1):\n    return _s(x, dim).to(torch.complex64)\n"
     (tmp_path / "c.py").write_text(complex_softmax)
     run = _grade(tmp_path / "c.py", "--out", tmp_path / "out")
-    results = json.loads((tmp_path / "out" / "c" / "results.json").read_text())
+    results = json.loads((folder(tmp_path / "out", "c") / "results.json").read_text())
     softmax = [t for t in results["tests"] if "The call: softmax(" in t["output"]]
     assert run.returncode == 0 and softmax and all(t["score"] == 0 and "is complex" in t["output"] for t in softmax)
 
@@ -75,31 +77,32 @@ def test_two_files_whose_ids_would_be_one_are_refused(tmp_path):
 
 
 @pytest.mark.grading
-def test_submission_names_never_reach_outside_out_nor_the_batchs_own_files_nor_each_other(tmp_path):
-    from attention_core.grading.batch import _unique_names  # noqa: PLC0415
-    assert _unique_names([Path("a/alice.py"), Path("b/alice.py"), Path("alice-2.py"), Path("...py"),
-                          Path("gradebook.csv.py"), Path(".."), Path("x.ipynb")]) == \
-        ["alice", "alice-2", "alice-2-2", "...py", "gradebook.csv.py", "submission", "x"]
+def test_submission_ids_are_their_paths_never_reach_outside_out_nor_the_batchs_own_files_nor_each_other(tmp_path):
     subs = tmp_path / "subs"
-    for folder in ("dirA", "dirB"):
-        (subs / folder).mkdir(parents=True)
+    for folder_name in ("dirA", "dirB"):
+        (subs / folder_name).mkdir(parents=True)
     (subs / "dirA" / "alice.py").write_text(REFERENCE)
     (subs / "dirB" / "alice.py").write_text("raise SystemError('wrong')\n")
     (subs / "alice-2.py").write_text(REFERENCE)
     (subs / "...py").write_text(REFERENCE)
     (subs / "gradebook.csv.py").write_text(REFERENCE)
     (subs / "ev\x1b[31mil.py").write_text(REFERENCE)
-    out = tmp_path / "out"
-    run = _grade(subs / "dirA" / "alice.py", subs / "dirB" / "alice.py", subs / "alice-2.py", subs / "...py",
-                 subs / "gradebook.csv.py", subs / "ev\x1b[31mil.py", "--out", out)
+    given = ["subs/dirA/alice.py", "subs/dirB/alice.py", "subs/alice-2.py", "subs/...py", "subs/gradebook.csv.py",
+             "subs/ev\x1b[31mil.py"]
+    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", *given, "--out", "out"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "\x1b" not in run.stdout and "ev\\x1b[31mil" in run.stdout
     scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
-    full = scores["alice"]
-    assert scores == {"alice": full, "alice-2": "0", "alice-2-2": full, "...py": full, "gradebook.csv.py": full,
-                      "ev\\x1b[31mil": full}
+    full = scores["subs/dirA/alice"]
+    assert scores == {"subs/dirA/alice": full, "subs/dirB/alice": "0", "subs/alice-2": full, "subs/...py": full,
+                      "subs/gradebook.csv": full, "subs/ev\\x1b[31mil": full}
+    with open(tmp_path / "out" / "gradebook.csv", encoding="utf-8") as handle:
+        assert sorted(row["submission"] for row in csv.DictReader(handle)) == sorted(scores)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "subs"]  # nothing written beside --out
-    assert (out / "gradebook.csv").is_file() and (out / "...py" / "results.json").is_file()
+    out = tmp_path / "out"
+    assert (out / "submissions" / "subs" / "...py" / "results.json").is_file()
+    assert (out / "submissions" / "subs" / "gradebook.csv" / "results.json").is_file()
 
 
 @pytest.mark.grading
@@ -116,7 +119,7 @@ def attention(q, k, v, mask=None, scale=None):
 '''
     (tmp_path / "hiding.py").write_text(hiding)
     run = _grade(tmp_path / "hiding.py", "--out", tmp_path / "out")
-    results = json.loads((tmp_path / "out" / "hiding" / "results.json").read_text())
+    results = json.loads((folder(tmp_path / "out", "hiding") / "results.json").read_text())
     backward = [t for t in results["tests"] if t["name"].endswith("/backward") and "attention(" in t["output"]]
     assert backward and any("changed its input `q` in place" in t["output"] and t["score"] == 0 for t in backward), \
         run.stderr[-1000:]
@@ -141,12 +144,12 @@ SLOW = """document: {title: slow}
 cases:
   - id: chain
     inputs:
-      b: {expr: "ones(1000, 1000) / 1000"}
+      b: {expr: "ones(1200, 1200) / 1200"}
     checks:
 """ + "".join(f"""      - id: c{i}
-        expr: "((b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b)).sum()"
+        expr: "((b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b)).sum()"
         expect:
-          out: 8.0
+          out: 16.0
 """ for i in range(40))
 
 
@@ -154,12 +157,12 @@ def test_a_file_cheap_to_write_and_slow_to_run_runs_out_of_its_time_budget_while
     import shutil  # noqa: PLC0415
     (tmp_path / "slow.yaml").write_text(SLOW, encoding="utf-8")
     shutil.copy(runner.default_cases_folder() / "001_self_attention.yaml", tmp_path)
-    env = dict(os.environ, ATTENTION_CORE_CASE_SECONDS="0.05", ATTENTION_CORE_FILE_SECONDS="1")
+    env = dict(os.environ, ATTENTION_CORE_CASE_SECONDS="0.5", ATTENTION_CORE_FILE_SECONDS="2")
     run = subprocess.run([sys.executable, "-m", "attention_core", "check", "--cases", str(tmp_path), "--device", "cpu"],
                          capture_output=True, text=True, timeout=120, env=env)
     out = run.stdout + run.stderr
     assert run.returncode == 1, out
     assert re.search(r"001_self_attention .* 13 +0 +0 +0", out), out  # the neighbour ran, every check passed
-    assert "ran out of its time budget of 0.05 s" in out  # one check: its own budget
-    assert "not run: the case file ran out of its time budget of 1 s" in out  # the rest of the file: not run
+    assert "ran out of its time budget of 0.5 s" in out  # one check: its own budget
+    assert "not run: the case file ran out of its time budget of 2 s" in out  # the rest of the file: not run
     assert re.search(r"slow\.yaml:\d+: slow/chain/c39", out)  # named at its file and line

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from attention_core.grading import gradescope, lms, records
+from attention_core.grading import gradescope, ids, lms, records
 from attention_core.grading.properties.model import is_property
 from attention_core.assignment import resolve
-from attention_core.grading.grader import Grader, sandbox_warning, submission_name
+from attention_core.grading.grader import Grader, sandbox_warning
 from attention_core.harness.text import escape, is_terminal, points
 from attention_core.report.figures import Drawings
 from attention_core.report.class_page import class_page
@@ -73,27 +73,31 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
         print(f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
               f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
               file=stream)
-    paths, owned = lms.gathered(paths, out / lms.GATHERED)  # a platform's files of one student: one submission
-    return _graded_batch(paths, owned, out, chosen, students, stream, report, jobs, regrade, cases,
+    firsts: dict[str, Path] = {}
+    for path in paths:  # a path given twice (``a.py ./a.py``) is one submission
+        firsts.setdefault(os.path.normpath(os.path.abspath(path)), Path(path))
+    paths = list(firsts.values())
+    paths, owned, shown = lms.gathered(paths, out / lms.GATHERED)  # a platform's files of one student: one submission
+    return _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases,
                          dict(assignment=assignment, call_timeout=call_timeout, budget=budget,
                               gradient_points=gradient_points, property_points=property_points))
 
 
-def _graded_batch(paths, owned, out, chosen, students, stream, report, jobs, regrade, cases, options):
-    names = _unique_names(paths, out)
+def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, options):
+    names = ids.submission_ids(paths, shown)
     owners = {name: owned.get(path) for path, name in zip(paths, names)}
     assignment = options["assignment"]
     options = dict(options)
     out.mkdir(parents=True, exist_ok=True)
     key = records.batch_key(chosen, {**options, "assignment": str(assignment), "cases": str(cases)})
     digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}
-    kept = {} if regrade else {name: _kept(out / name, name, digests[name]) for name in names}
+    kept = {} if regrade else {name: _kept(ids.folder_of(out, name), name, digests[name]) for name in names}
     todo = [(path, name) for path, name in zip(paths, names) if kept.get(name) is None]
     graded_now = {}
     sources = {name: os.path.abspath(path) for path, name in zip(paths, names)}
 
     def finished(one):  # a submission's record, as soon as it is graded: the batch may stop at any moment
-        records.write(out / one.name, digests[one.name], one, sources[one.name])
+        records.write(ids.folder_of(out, one.name), digests[one.name], one, sources[one.name])
         graded_now[one.name] = one
 
     interrupted = None
@@ -151,7 +155,8 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
             print(f"  {n} of {len(scores)} {escape(said)}", file=report)
     for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
-    print(f"wrote {out / '<name>' / 'results.json'}, {out / '<name>' / 'report.html'}, {out / 'gradebook.csv'}, "
+    print(f"wrote {out / ids.SUBMISSIONS / '<id>' / 'results.json'}, {out / ids.SUBMISSIONS / '<id>' / 'report.html'}, "
+          f"{out / 'gradebook.csv'}, "
           f"{out / 'summary.csv'} and {out / 'summary.html'}",
           file=report)
     return code
@@ -254,7 +259,7 @@ def _write(graded, name, out):
     """Write a graded submission's results.json and report.html; its Scores."""
     graded.name = name
     drawings = Drawings()  # each failed check drawn once, for results.json and report.html
-    folder = gradescope.write_results(graded, out, drawings=drawings)
+    folder = gradescope.write_results(graded, ids.folder_of(out, name), drawings=drawings)
     (folder / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
     return Scores(name, graded.score, graded.max_score, graded.protections,
                   [Score(g.check_id, g.score, g.max_score, _mistakes(g.diagnosis)) for g in graded.grades])
@@ -388,32 +393,3 @@ def _next_done(done, processes):
                 break
     codes = ", ".join(str(p.exitcode) for p in processes)
     raise RuntimeError(f"a grader process ended before the batch did (exit codes {codes})")
-
-
-RESERVED = {"gradebook.csv", "gradebook.csv.partial", "summary.csv", "summary.html", ".write-test", LOCK, "roster.csv",
-            "canvas-import.csv", "moodle-grades.csv", lms.GATHERED}  # the batch's own files in --out
-
-
-def _unique_names(paths, out=None):
-    """Each submission's name, the folder of its results in ``--out``: its file name without the extension,
-    unless that leaves a name of dots only or one of the batch's own files (``...py``, ``gradebook.csv.py``:
-    then the whole file name); a name already taken gets ``-2``, ``-3``, … (so that ``alice.py`` twice and
-    ``alice-2.py`` keep three folders). Never a path: no name reaches outside ``--out``. A name whose folder
-    in ``out`` holds another submission's record (an earlier batch's ``alice/attention.py``, where this one
-    grades ``carol/attention.py``) is taken too: a late student never replaces another's row."""
-    names, used = [], set()
-    for path in paths:
-        name = submission_name(path)
-        if not name.strip(".") or name in RESERVED:
-            name = Path(path).name
-        if not name.strip(".") or "/" in name or "\0" in name:
-            name = "submission"
-        unique, n = name, 1
-        source = os.path.abspath(path)
-        while unique in used or unique in RESERVED or (out is not None and records.source_of(out / unique)
-                                                        not in (None, source)):
-            n += 1
-            unique = f"{name}-{n}"
-        used.add(unique)
-        names.append(unique)
-    return names

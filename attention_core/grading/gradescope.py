@@ -99,9 +99,8 @@ def feedback(grade):
     return text
 
 
-def write_results(graded, out, *, drawings=None):
-    """``out/<name>/results.json`` for one submission (with heatmaps from ``drawings``); returns its folder."""
-    folder = out / graded.name
+def write_results(graded, folder, *, drawings=None):
+    """``folder/results.json`` for one submission (with heatmaps from ``drawings``); returns ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / "results.json.partial"  # moved into place whole: an interrupted batch leaves no half
     partial.write_text(_dumps(results_json(graded, drawings)), encoding="utf-8")

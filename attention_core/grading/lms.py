@@ -200,14 +200,15 @@ GATHERED = ".gathered"  # in --out: a platform student's files, gathered into on
 def gathered(paths, scratch):
     """(``paths`` with each platform student's several files (a Canvas or Moodle bulk download writes a
     submission of two files as two files) gathered into one folder in ``scratch``, under their own file
-    names, every other path as it is; path -> its lms.Owner, where its name gives one)."""
+    names, every other path as it is; path -> its lms.Owner, where its name gives one; a gathered folder ->
+    the path to name it by: ``<platform>-<student>`` beside the student's first file)."""
     owned = {path: owner_of(path) for path in paths}
     groups = collections.defaultdict(list)
     for path in paths:
         owner = owner_of(path)
         if owner is not None and Path(path).is_file() and not Path(path).is_symlink():
             groups[(owner.platform, owner.student)].append(Path(path))
-    gathered = {}
+    gathered, shown = {}, {}
     for (platform, student), files in groups.items():
         if len(files) < 2:
             continue
@@ -216,6 +217,7 @@ def gathered(paths, scratch):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         owned[folder] = owner
+        shown[folder] = files[0].parent / folder.name
         for file in files:
             inner = owner_of(file)
             target = folder / (Path(inner.file).name if inner.file else file.name)
@@ -230,7 +232,7 @@ def gathered(paths, scratch):
         if path not in seen:
             seen.add(path)
             result.append(path)
-    return result, owned
+    return result, owned, shown
 
 
 def write_roster_files(students, scores, owners, title, out, report):

@@ -1,0 +1,91 @@
+"""A submission's id, and where its files live in ``--out``.
+
+An id is the submission's path as the teacher gave it, relative to the working directory (absolute where
+the path lies outside it), normalised, without its extension (``subs/dirA/alice``), unless that leaves a
+name of dots only (``subs/...py``). Two submissions of one batch that would share an id keep their
+extensions (``alice.py`` beside ``alice.ipynb``). Ids are printable (a control character in a file name
+is written as its escape), never collide, and stay the same between runs from the same folder.
+
+A submission's files live in ``OUT/submissions/<id>/``: no id reaches the batch's own files
+(``OUT/gradebook.csv``...) nor leaves ``OUT``, and no id's folder is another's file. Each part of the id
+is a folder name as it is, except a part that begins with ``%`` or is the name of a submission's own
+file (``results.json``...), which gets one more ``%`` in front; an absolute id's folders begin with
+``%root``, which no part of a relative id becomes. A part too long for a file name (or an id too long for
+a path) is written as its hash, under ``%long``.
+"""
+
+import hashlib
+import os
+from pathlib import Path
+
+from attention_core.grading import archives, notebooks
+from attention_core.harness.text import escape
+
+SUBMISSIONS = "submissions"
+OWN_FILES = frozenset({"results.json", "results.json.partial", "report.html", "record.json", "record.json.partial"})
+_NAME_BYTES, _ID_BYTES = 255, 1024  # a file name's limit on Linux; an id's, well below a path's (4096)
+
+
+def submission_ids(paths, shown=None, cwd=None):
+    """Each path's id (see the module's text), in order. ``shown``: path -> the path to name it by (a
+    folder the batch made of a platform student's files is named as if it lay beside them)."""
+    shown = shown or {}
+    cwd = os.path.abspath(cwd or os.getcwd())
+    full = [_printable(_relative(shown.get(p, p), cwd)) for p in paths]
+    short = [_without_extension(path, text) for path, text in zip(paths, full)]
+    count = {}
+    for text in short:
+        count[text] = count.get(text, 0) + 1
+    ids, used = [], set()
+    for text, whole in zip(short, full):
+        unique = whole if count[text] > 1 else text
+        base, n = unique, 1
+        while unique in used:  # one path given twice, or a made folder's name beside a real one
+            n += 1
+            unique = f"{base}-{n}"
+        used.add(unique)
+        ids.append(unique)
+    return ids
+
+
+def folder_of(out, submission_id):
+    """The folder of ``submission_id``'s files in ``out``."""
+    parts = submission_id.split("/")
+    first = []
+    if submission_id.startswith("/"):
+        first, parts = ["%root"], parts[1:]
+    folders = [_folder_name(part) for part in parts]
+    if any(len(os.fsencode(f)) > _NAME_BYTES for f in folders) or len(os.fsencode(submission_id)) > _ID_BYTES:
+        return Path(out, SUBMISSIONS, "%long", hashlib.sha256(submission_id.encode("utf-8", "replace")).hexdigest())
+    return Path(out, SUBMISSIONS, *first, *folders)
+
+
+def _folder_name(part):
+    return "%" + part if part.startswith("%") or part in OWN_FILES else part
+
+
+def _relative(path, cwd):
+    """``path`` normalised (links not followed): relative to ``cwd``, or absolute where it lies outside."""
+    absolute = os.path.normpath(os.path.join(cwd, os.fspath(path)))
+    relative = os.path.relpath(absolute, cwd)
+    if relative == "." or relative == ".." or relative.startswith("../"):
+        return absolute
+    return relative
+
+
+def _printable(text):
+    """``text`` with every unprintable character escaped, and ``/`` kept (it parts the folders)."""
+    return "/".join(escape(part) for part in text.split("/"))
+
+
+def _without_extension(path, text):
+    """``text`` without its extension (``.py``, ``.ipynb``, ``.zip``: what a submission's kind is read from),
+    where one is there and what is left is a name that is not dots only."""
+    path = Path(path)
+    if not (path.suffix == ".py" or notebooks.is_notebook(path) or archives.is_zip(path)):
+        return text
+    head, _, last = text.rpartition("/")
+    stem = last[:-len(path.suffix)] if path.suffix and last.endswith(path.suffix) else last
+    if not stem.strip("."):
+        return text
+    return f"{head}/{stem}" if head else stem
