@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from attention_core import spec
-from attention_core.grading import plan, wire
+from attention_core.grading import plan, timing, wire
 from attention_core.grading.replies import (
     CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, TIMEOUT, CallOutcome, Output, check_hello, checked_outcome, decoded,
     drain)
@@ -41,6 +41,7 @@ KEPT_ENVIRONMENT = {"LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES
 CHILD_PATH = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
 ANSWERS_KEPT = 1 << 16  # bytes of a request up to which a submission's answer is kept for the same request
 REPLIES_KEPT = 1 << 16  # bytes of a reply up to which identical replies are decoded once per worker
+WAITED = "waited"  # a call's wall-clock ceiling reached (TIMEOUT: its CPU time)
 FIRST_READ = 1 << 16  # bytes a reply is first read into, before its header gives its size
 REPLIES_BUDGET = 64 << 20  # bytes of such replies one worker keeps
 
@@ -208,7 +209,9 @@ class Submission:
     """A submission's process: import status, the spec functions it defines, and calls into them."""
 
     def __init__(self, worker, path, entry, budget):
-        self.path, self._worker, self.budget, self._spent = path, worker, budget, 0.0
+        self.path, self._worker, self.budget = path, worker, budget
+        self._spent = self._waited = 0.0  # CPU seconds, wall-clock seconds (see timing)
+        self._meter = timing.Meter(None)
         self._entry, self._root, self._module, self._package = plan.resolve(path, entry, worker.names)
         self._sock = self._out = self._pid = None
         self._closed = False
@@ -226,7 +229,7 @@ class Submission:
             return self
         start = time.monotonic()
         hello, output, problem = self._hello(self._worker.import_timeout)
-        self._spent += time.monotonic() - start
+        self._charge(start)
         self.output = output.text()
         self.status = hello["status"] if hello else IMPORT_ERROR
         self.message = hello["message"] if hello else problem
@@ -243,7 +246,8 @@ class Submission:
 
     @property
     def budget_left(self):
-        return max(0.0, self.budget - self._spent)
+        """CPU seconds left of the budget (and no more than the wall-clock ceiling leaves, over its factor)."""
+        return max(0.0, min(self.budget - self._spent, (timing.CEILING * self.budget - self._waited) / timing.CEILING))
 
     def __enter__(self):
         return self
@@ -371,7 +375,7 @@ class Submission:
                 self._end()
                 why = problem if hello is None else hello["message"]
                 return self._spend(start, CallOutcome(CRASHED, message=f"the submission did not import again: {why}"))
-            self._spent += time.monotonic() - start
+            self._charge(start)
             if self.budget_left <= 0:
                 return self._spent_outcome()
         return self._finish(data, time.monotonic(), memoryview(data), timeout)
@@ -385,9 +389,10 @@ class Submission:
         """The call whose request ``data`` was (or starts being) sent at ``start``, ``pending`` its bytes not
         sent yet: its reply read within its limit, its outcome. Then (``ahead``) the request said to come
         next is sent, unless it is this one again (answered from this outcome, where it returned)."""
-        limit = min(timeout, self.budget_left)
-        raw, output, problem = self._exchange(pending, limit - (time.monotonic() - start),
-                                              self._limits.pop(data, None) or self._worker.reply_limit)
+        limit = min(timeout, self.budget_left)  # CPU seconds; the wall clock's ceiling counts from the sending
+        raw, output, problem = self._exchange(pending, limit, self._limits.pop(data, None) or self._worker.reply_limit,
+                                              wall=timing.CEILING * limit - (time.monotonic() - start))
+        cpu = self._meter.take()  # before a replacement: the process that spent it
         if problem is None and ahead and self._next != data:
             self._send_ahead()
         outcome = self._outcome(raw, problem, limit)
@@ -396,7 +401,7 @@ class Submission:
             self._replace(outcome)
         elif outcome.status == OK and len(data) <= ANSWERS_KEPT:
             self._answered[data] = outcome
-        return self._spend(start, outcome)
+        return self._spend(start, outcome, cpu)
 
     def _send_ahead(self):
         data, self._next = self._next, None
@@ -408,14 +413,26 @@ class Submission:
     def _spent_outcome(self):
         return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent")
 
-    def _spend(self, start, outcome):
+    def _spend(self, start, outcome, cpu=None):
         outcome.seconds = time.monotonic() - start
-        self._spent += outcome.seconds
+        self._charge(start, cpu)
         return outcome
+
+    def _charge(self, start, cpu=None):
+        """Charge the budget with the CPU time spent since the last charge (``cpu`` where read already; the
+        wall-clock time since ``start`` where it cannot be read), and its wall clock with the time since ``start``."""
+        waited = time.monotonic() - start
+        cpu = self._meter.take() if cpu is None else cpu
+        self._spent += waited if cpu is None else cpu
+        self._waited += waited
 
     def _outcome(self, raw, problem, limit):
         if problem == TIMEOUT:
-            return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s")
+            return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s of CPU time")
+        if problem == WAITED:
+            return CallOutcome(TIMEOUT, message=f"the call did not return within {timing.CEILING * limit:.3g} s "
+                                                f"({timing.CEILING:g} times its limit of {limit:.3g} s of CPU time: "
+                                                f"it waited rather than computed)")
         if problem is not None:
             return CallOutcome(CRASHED, message=problem)
         return self._worker._outcome_of(raw)
@@ -453,6 +470,7 @@ class Submission:
             theirs.close()
             os.close(out_w)
         self._sock, self._out, self._pid, self._ready = ours, out_r, reply["pid"], False
+        self._meter = timing.Meter(reply.get("inner"))
         self._shared, self._scratch = shared, scratch
         self.protections = reply["protections"]
 
@@ -461,7 +479,10 @@ class Submission:
         raw, output, problem = self._exchange(wire.GO, timeout)
         reply = None
         if problem == TIMEOUT:
-            problem = f"the import did not finish within {timeout:.3g} s"
+            problem = f"the import did not finish within {timeout:.3g} s of CPU time"
+        elif problem == WAITED:
+            problem = (f"the import did not finish within {timing.CEILING * timeout:.3g} s ({timing.CEILING:g} times "
+                       f"its limit of {timeout:.3g} s of CPU time: it waited rather than computed)")
         elif problem is None:
             try:
                 reply = decoded(raw)
@@ -471,10 +492,14 @@ class Submission:
         self._ready = problem is None
         return (reply if problem is None else None), output, problem
 
-    def _exchange(self, data, timeout, most=None):
-        """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None)."""
+    def _exchange(self, data, timeout, most=None, wall=None):
+        """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None).
+        The process may spend ``timeout`` seconds of CPU time from the last charge (problem TIMEOUT), within
+        ``wall`` seconds of wall-clock time (by default the ceiling for ``timeout``; problem WAITED)."""
         output = Output(self._worker.output_limit)
-        deadline = time.monotonic() + timeout
+        now = started = time.monotonic()
+        deadline = now + (timing.CEILING * timeout if wall is None else wall)
+        check = now + min(timeout, timing.CHECK_EVERY)
         pending, buf, got, need = memoryview(data), bytearray(FIRST_READ), 0, None
         if pending:  # a small request fits the socket's buffer: send it before the first poll (one sent ahead is)
             pending = self._send(pending)
@@ -483,11 +508,19 @@ class Submission:
         poller.register(self._sock, select.POLLIN | (select.POLLOUT if pending else 0))
         out_open, problem = True, None
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                problem = TIMEOUT
+            now = time.monotonic()
+            if now >= deadline:
+                problem = WAITED
                 break
-            events = dict(poller.poll(remaining * 1000))
+            if now >= check:
+                spent = self._meter.since()
+                if spent is None:  # no reading: the wall clock counts alone
+                    spent = now - started
+                if spent >= timeout:
+                    problem = TIMEOUT
+                    break
+                check = now + timing.CHECK_EVERY
+            events = dict(poller.poll(max(0.0, min(deadline, check) - now) * 1000))
             if out_open and self._out in events:
                 out_open = drain(self._out, output)
                 if not out_open:
