@@ -558,8 +558,8 @@ def softmax(x, dim=-1):
 
 
 def cgroup_v1_writable():
-    from attention_core.grading import sandbox
-    dirs = sandbox.cgroup_dirs("attention-sandbox-probe")
+    from attention_core.grading import cgroups
+    dirs = cgroups.dirs("attention-sandbox-probe")
     if set(dirs) != {"memory", "pids"} or os.geteuid() != 0:
         return False
     try:
@@ -569,12 +569,12 @@ def cgroup_v1_writable():
     except OSError:
         return False
     finally:
-        sandbox.remove_cgroups("attention-sandbox-probe")
+        cgroups.remove("attention-sandbox-probe")
 
 
 @pytest.mark.skipif(not cgroup_v1_writable(), reason="no writable v1 memory and pids cgroups here (root only)")
 def test_a_cgroup_bounds_the_memory_of_all_of_a_submissions_processes_together(tmp_path):
-    from attention_core.grading import sandbox
+    from attention_core.grading import cgroups
     path = tmp_path / "fork_memory.py"
     path.write_text(FORK_MEMORY)
     with Worker(memory_limit=3 << 29) as w:  # 1.5 GiB: one 700 MB block fits a process, three do not fit one cgroup
@@ -583,7 +583,7 @@ def test_a_cgroup_bounds_the_memory_of_all_of_a_submissions_processes_together(t
             assert "cgroup" in s.protections["held"]
             outcome = s.call("softmax", (torch.ones(2),), timeout=20)
     assert outcome.status == "crashed" or int(outcome.message.rsplit(" ", 1)[1]) >= 1, outcome.message
-    for folder in {os.path.dirname(p) for p in sandbox.cgroup_dirs("probe").values()}:
+    for folder in {os.path.dirname(p) for p in cgroups.dirs("probe").values()}:
         assert not [n for n in os.listdir(folder) if n.startswith("attention-sandbox-") and n.endswith(f"-{guard}")]
 
 

@@ -22,6 +22,10 @@ IMPORT_ERROR = "import error"
 CHILD_STATUSES = (OK, RAISED, NOT_IMPLEMENTED, CRASHED)
 
 
+class WorkerError(RuntimeError):
+    """The grading server failed: a fault of the grading machinery, never of a submission."""
+
+
 @dataclass
 class CallOutcome:
     """What one call of a submission's function did.
@@ -42,7 +46,7 @@ class CallOutcome:
     grads: dict | None = None  # call_grad only: label -> gradient, or None where none flowed
     after: dict | None = None  # call_grad only: label -> the tensor argument as the call left it
     grad_error: str | None = None
-    reply: bytes | None = None  # a small reply's bytes: the same bytes, the same outcome (see Worker._outcome_of)
+    reply: bytes | None = None  # a small reply's bytes: the same bytes, the same outcome (see Worker.outcome_of)
 
 
 def check_hello(reply, names):

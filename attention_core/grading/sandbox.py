@@ -27,7 +27,6 @@ import shutil
 import signal
 import socket
 import struct
-import time
 import fcntl
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
@@ -143,82 +142,6 @@ def map_ids(inside_uid, inside_gid, outside_uid, outside_gid):
         pass
     write_file("/proc/self/uid_map", f"{inside_uid} {outside_uid} 1\n")
     write_file("/proc/self/gid_map", f"{inside_gid} {outside_gid} 1\n")
-
-
-# ---- cgroups: one memory and one pids group for all of a submission's processes ----------------
-
-
-def cgroup_parents():
-    """This process's own memory and pids cgroup (v1) folders: {controller: path}.
-
-    Only where a v1 hierarchy is mounted at /sys/fs/cgroup/<controller>; a v2 hierarchy needs a
-    delegated subtree, which a grader rarely has."""
-    parents = {}
-    try:
-        with open("/proc/self/cgroup") as f:
-            rows = [line.rstrip("\n").split(":", 2) for line in f]
-    except OSError:
-        return parents
-    for _, controllers, path in rows:
-        for controller in controllers.split(","):
-            if controller in ("memory", "pids") and os.path.isdir(f"/sys/fs/cgroup/{controller}"):
-                parents[controller] = f"/sys/fs/cgroup/{controller}{path.rstrip('/')}"
-    return parents
-
-
-def cgroup_dirs(name):
-    """The memory and pids cgroup folders named ``name`` under this process's own: {controller: path}."""
-    return {controller: f"{parent}/{name}" for controller, parent in cgroup_parents().items()}
-
-
-def enter_cgroups(name, memory, processes, protections):
-    """Put this process (and so everything it starts) into new memory and pids cgroups, with limits for
-    all of them together. Where none can be made (no v1 hierarchy, not root), the per-process limits
-    stand alone: nothing is recorded as missing."""
-    dirs = cgroup_dirs(name)
-    if set(dirs) != {"memory", "pids"}:
-        return
-    try:
-        for path in dirs.values():
-            os.mkdir(path, 0o700)
-        write_file(dirs["memory"] + "/memory.limit_in_bytes", str(memory))
-        write_file(dirs["pids"] + "/pids.max", str(processes))
-        for path in dirs.values():
-            write_file(path + "/cgroup.procs", str(os.getpid()))
-        protections.hold("cgroup")
-    except OSError:
-        remove_cgroups(name)
-
-
-def remove_cgroups(name, tries=1):
-    """Remove the cgroups ``name`` (their processes gone); whether none is left."""
-    left = [p for p in cgroup_dirs(name).values() if os.path.isdir(p)]
-    for attempt in range(tries):
-        if attempt:
-            time.sleep(0.01)  # its last processes may still be ending
-        for path in list(left):
-            try:
-                os.rmdir(path)
-                left.remove(path)
-            except FileNotFoundError:
-                left.remove(path)
-            except OSError:
-                pass
-        if not left:
-            break
-    return not left
-
-
-def remove_stale_cgroups(prefix="attention-sandbox-"):
-    """Remove the empty cgroups an earlier server left (one that died cannot remove its submissions');
-    a cgroup still in use is not empty, and rmdir refuses it."""
-    for parent in cgroup_parents().values():
-        for name in os.listdir(parent):
-            if name.startswith(prefix):
-                try:
-                    os.rmdir(os.path.join(parent, name))
-                except OSError:
-                    pass
 
 
 # ---- the guard: outside, in the worker server's child -------------------------------------------

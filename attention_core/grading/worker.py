@@ -26,7 +26,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 import warnings
 
 
@@ -43,6 +42,8 @@ def load(name, folder=None):
 # ---- the server -----------------------------------------------------------------------------
 
 INSTANCES = None  # the package's instances.py (loaded by path): a graded class's instance made from its record
+CGROUPS = None  # cgroups.py (loaded by path)
+CHILD = None  # child.py (loaded by path): a submission's process from inside
 SERVER = os.urandom(6).hex()  # in cgroup names: pids repeat across PID namespaces and servers
 LEFT: set = set()  # cgroups of reaped submissions not yet removed (their last processes still ending)
 
@@ -71,7 +72,7 @@ def serve(ctl, wire, sandbox):
     for pid, child in children.items():
         reap(sandbox, pid, *child)
     for name in LEFT:  # a submission's last processes may have taken a while to be gone
-        sandbox.remove_cgroups(name, tries=200)
+        CGROUPS.remove(name, tries=200)
 
 
 def receive_request(ctl, wire):
@@ -142,7 +143,7 @@ def reap(sandbox, pid, inner, status_fd, ended=()):
     os.close(status_fd)
     LEFT.add(cgroup_name(pid))
     for name in list(LEFT):  # the processes of its PID namespace may take a moment to be gone
-        if sandbox.remove_cgroups(name, tries=20 if name == cgroup_name(pid) else 1):
+        if CGROUPS.remove(name, tries=20 if name == cgroup_name(pid) else 1):
             LEFT.discard(name)
     how, _, number = (ended[0] if ended else "killed 9").partition(" ")
     if how == "exited":
@@ -183,7 +184,7 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w, server):
     protections = sandbox.Protections()
     plan = request["sandbox"]
     if plan:
-        sandbox.enter_cgroups(cgroup_name(os.getpid()), request["memory"], plan["processes"], protections)
+        CGROUPS.enter(cgroup_name(os.getpid()), request["memory"], plan["processes"], protections)
     privileged = sandbox.enter_namespaces(plan, protections) if plan else False
     inner = os.fork()
     if inner == 0:
@@ -247,7 +248,7 @@ def child_main(request, fds, wire, shared, refused=None):
 
     torch.set_num_threads(1)  # the server forked us after importing torch; stay off its thread pool
     sock = socket.socket(fileno=sock_fd)
-    child = Child(request, wire, torch, shared)
+    child = CHILD.Child(request, wire, torch, shared, INSTANCES)
     sock.sendall(wire.encode(child.hello))
     if child.module is None:
         return
@@ -257,12 +258,12 @@ def child_main(request, fds, wire, shared, refused=None):
         if message is None:
             return
         reply = child.handle(message)
-        flush_streams()
+        CHILD.flush_streams()
         try:
             parts = wire.encode_parts(reply)
         except Exception as e:  # e.g. a list that contains itself
             parts = wire.encode_parts({"status": "raised",
-                                       "message": f"the result could not be sent: {exception_text(e)}"})
+                                       "message": f"the result could not be sent: {CHILD.exception_text(e)}"})
         size = sum(len(p) for p in parts)
         if size > request["reply_limit"]:
             parts = wire.encode_parts({"status": "raised", "message": (
@@ -271,195 +272,6 @@ def child_main(request, fds, wire, shared, refused=None):
         del parts
         if reply["status"] == "crashed":
             return
-
-
-def flush_streams():
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-
-
-def exception_text(e):
-    try:
-        return "".join(traceback.format_exception_only(type(e), e)).strip()[:4000]
-    except Exception:
-        return type(e).__name__
-
-
-class Child:
-    """A submission's module and the calls into it."""
-
-    def __init__(self, request, wire, torch, shared):
-        self.wire, self.torch = wire, torch
-        self.shared = shared  # name -> a tensor the server kept (inherited): calls get copies
-        self.copies = {}  # id(copy) -> the wire.Shared it is a copy of, for the current call
-        self.root = request["root"]
-        self.module = None
-        sys.path.insert(0, self.root)
-        package = [self.root] if request["package"] else None
-        name = request["module"]
-        if name in sys.modules:  # a file called json.py must not replace the worker's json
-            name = "_submission"
-        spec = importlib.util.spec_from_file_location(name, request["entry"],
-                                                      submodule_search_locations=package)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        import builtins
-        for word in ("exit", "quit"):  # what site adds, which -S leaves out: a file may end with exit()
-            if not hasattr(builtins, word):
-                setattr(builtins, word, sys.exit)
-        try:
-            spec.loader.exec_module(module)
-        except SystemExit:  # exit() at the end of a script: what it defined so far is graded, as a run would leave it
-            flush_streams()
-            print("the submission called exit() while it was imported: what it defined before that is graded",
-                  file=sys.stderr)
-            flush_streams()
-        except BaseException as e:
-            flush_streams()
-            self.hello = {"status": "import error", "message": exception_text(e), "traceback": self.frames(e),
-                          "names": []}
-            return
-        flush_streams()
-        self.module = module
-        names = [n for n in request["names"] if callable(self.lookup(n))]
-        self.hello = {"status": "ok", "message": "", "traceback": [], "names": names}
-
-    def copy_shared(self, key):
-        kept = self.shared.get(key)
-        if kept is None:
-            return None
-        # The same tensor twice in one call (attention(x, x, x)) arrives as separate tensors, as inline ones do.
-        again = any(known is kept for known in self.copies.values())
-        copy = kept.original.clone() if again else kept.fresh()
-        self.copies[id(copy)] = kept
-        return copy
-
-    def lookup(self, name):
-        try:
-            return getattr(self.module, name, None)
-        except Exception:
-            return None
-
-    def frames(self, e):
-        """The traceback lines of ``e`` inside the submission's folder, its paths relative to it."""
-        prefix = self.root.rstrip(os.sep) + os.sep
-        kept = [traceback.FrameSummary(f.filename[len(prefix):], f.lineno, f.name, line=f.line)
-                for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(prefix)]
-        return [line for entry in traceback.format_list(kept) for line in entry.rstrip("\n").split("\n")]
-
-    def handle(self, message):
-        if message.get("op") == "calls":  # several calls in one round trip: their replies in a list
-            replies = []
-            for one in message["calls"]:
-                replies.append(self.handle({**one, "grad_seed": None, "keep": None}))
-                if replies[-1]["status"] == "crashed":
-                    return replies[-1]
-            return {"status": "ok", "value": replies, "mutated": []}
-        torch = self.torch
-        name, args, kwargs, seed = message["name"], list(message["args"]), message["kwargs"], message["grad_seed"]
-        fn = self.lookup(name)
-        if not callable(fn):
-            return {"status": "not implemented", "message": f"the submission defines no function {name}"}
-        parameters, made = [], False
-        if isinstance(fn, type) and args and INSTANCES.is_record(args[0]):  # a class: made, given the state, called
-            record = args.pop(0)
-            try:
-                fn = INSTANCES.implementation_instance(fn, record)
-            except INSTANCES.StateMismatch as e:
-                return {"status": "raised", "message": f"StateMismatch: {e}", "traceback": []}
-            except NotImplementedError as e:
-                return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
-            except Exception as e:
-                return {"status": "raised", "message": f"{name}(...) could not be made: {exception_text(e)}",
-                        "traceback": self.frames(e)}
-            parameters, made = INSTANCES.parameters(fn) if seed is not None else [], True
-            args.insert(0, None)  # positions keep counting from the record's: the grader's labels
-        # The mutation check's old values: a shared argument's untouched original (the wire.Shared), a
-        # gradient's leaf (the call gets a copy of it), else a copy: each made once, before the call.
-        originals = {label: self.copies[id(t)] for label, t in self.tensors(args, kwargs) if id(t) in self.copies}
-        leaves = {}
-        if seed is not None:
-            for label, t in self.floating(args, kwargs):
-                leaves[label] = t.detach().clone().requires_grad_(True)
-                # A non-leaf view of the leaf, so that an in-place change inside the call is recorded
-                # by autograd (and reported in ``mutated``) rather than refused.
-                set_arg(args, kwargs, label, leaves[label].clone())
-                originals.setdefault(label, leaves[label].detach())
-        before = [(label, t, originals[label] if label in originals else t.detach().clone())
-                  for label, t in self.tensors(args, kwargs)]
-        leaves.update((f"self.{n}", p) for n, p in parameters)
-        try:
-            with torch.enable_grad():
-                value = INSTANCES.call(fn, record, args[1:], kwargs) if made else fn(*args, **kwargs)
-        except NotImplementedError as e:
-            return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
-        except Exception as e:
-            return {"status": "raised", "message": exception_text(e), "traceback": self.frames(e),
-                    "mutated": self.mutated(before)}
-        except BaseException as e:
-            return {"status": "crashed", "message": f"the call raised {exception_text(e)}",
-                    "traceback": self.frames(e)}
-        reply = {"status": "ok", "value": value, "mutated": self.mutated(before)}
-        if seed is not None:
-            reply.update(self.gradients(value, leaves, seed))
-            # The arguments as the call left them: the grader compares them with its own copies (small ones).
-            reply["after"] = [[label, self.wire.plain_tensor(t)] for label, t in self.tensors(args, kwargs)]
-        keep = message.get("keep")
-        if keep is not None and isinstance(value, (tuple, list)):  # results no expectation reads: shapes only
-            # A plain tuple or list: the wire sends any tuple as a tuple (a namedtuple takes no iterable).
-            reply["value"] = (tuple if isinstance(value, tuple) else list)(
-                v if i in keep or not isinstance(v, torch.Tensor) else self.wire.ShapeOnly(v) for i, v in enumerate(value))
-        return reply
-
-    def gradients(self, value, leaves, seed):
-        torch = self.torch
-        grads = {label: None for label in leaves}
-        try:
-            loss = self.wire.projection(self.wire.tensors_in(value), seed)
-            if loss is None:
-                return {"grads": list(grads.items()),
-                        "grad_error": "no floating output carries a gradient: the result is detached from the inputs"}
-            found = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-        except Exception as e:
-            frames = self.frames(e)
-            return {"grads": list(grads.items()), "grad_error": "\n".join([exception_text(e), *frames])}
-        return {"grads": [[label, g] for label, g in zip(leaves, found)], "grad_error": None}
-
-    def tensors(self, args, kwargs):
-        """(label, tensor) for the tensor arguments: an int for a position, a str for a keyword."""
-        pairs = list(enumerate(args)) + list(kwargs.items())
-        return [(label, v) for label, v in pairs if isinstance(v, self.torch.Tensor)]
-
-    def floating(self, args, kwargs):
-        return [(label, t) for label, t in self.tensors(args, kwargs) if t.is_floating_point()]
-
-    def mutated(self, before):
-        """The labels of the tensor arguments whose shape, dtype or values the call changed."""
-        changed = []
-        for label, t, old in before:
-            if isinstance(old, self.wire.Shared):
-                if old.unwritten(t):
-                    continue  # no page of its bytes written: no need to read them all
-                old = old.original
-            try:
-                new = self.wire.plain_tensor(t)
-                same = new.shape == old.shape and new.dtype == old.dtype and (self.torch.equal(new, old) or bool(
-                    ((new == old) | ((new != new) & (old != old))).all()))  # NaN where NaN was
-            except Exception:
-                same = False
-            if not same:
-                changed.append(label)
-        return changed
-
-
-def set_arg(args, kwargs, label, value):
-    if isinstance(label, int):
-        args[label] = value
-    else:
-        kwargs[label] = value
 
 
 def warm_up(torch):
@@ -490,11 +302,11 @@ def main(argv):
     sys.path.extend(d for d in site_dirs if d not in sys.path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader handles ^C and closes us
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
-    global INSTANCES
+    global INSTANCES, CGROUPS, CHILD
     wire = load("wire")  # imports torch
-    sandbox = load("sandbox")
+    sandbox, CGROUPS, CHILD = load("sandbox"), load("cgroups"), load("child")
     INSTANCES = load("instances", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sandbox.remove_stale_cgroups()
+    CGROUPS.remove_stale()
     warm_up(sys.modules["torch"])
     gc.freeze()  # the children's collections leave the server's objects alone (and their pages shared)
     serve(socket.socket(fileno=ctl_fd), wire, sandbox)

@@ -1,0 +1,201 @@
+"""A submission's process from inside: its module imported, then each call made and reported as data.
+
+Loaded by path by ``worker.py`` in the server (the standard library; torch, wire and instances are
+given). A call's tensor arguments are compared with their values before the call (``mutated``); a
+call with a gradient seed also sends the gradients of a fixed projection of its results and the
+arguments as the call left them, which the grader compares with its own copies.
+"""
+
+import importlib.util
+import os
+import sys
+import traceback
+
+
+def flush_streams():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def exception_text(e):
+    try:
+        return "".join(traceback.format_exception_only(type(e), e)).strip()[:4000]
+    except Exception:
+        return type(e).__name__
+
+
+class Child:
+    """A submission's module and the calls into it."""
+
+    def __init__(self, request, wire, torch, shared, instances):
+        self.wire, self.torch, self.instances = wire, torch, instances
+        self.shared = shared  # name -> a tensor the server kept (inherited): calls get copies
+        self.copies = {}  # id(copy) -> the wire.Shared it is a copy of, for the current call
+        self.root = request["root"]
+        self.module = None
+        sys.path.insert(0, self.root)
+        package = [self.root] if request["package"] else None
+        name = request["module"]
+        if name in sys.modules:  # a file called json.py must not replace the worker's json
+            name = "_submission"
+        spec = importlib.util.spec_from_file_location(name, request["entry"],
+                                                      submodule_search_locations=package)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        import builtins
+        for word in ("exit", "quit"):  # what site adds, which -S leaves out: a file may end with exit()
+            if not hasattr(builtins, word):
+                setattr(builtins, word, sys.exit)
+        try:
+            spec.loader.exec_module(module)
+        except SystemExit:  # exit() at the end of a script: what it defined so far is graded, as a run would leave it
+            flush_streams()
+            print("the submission called exit() while it was imported: what it defined before that is graded",
+                  file=sys.stderr)
+            flush_streams()
+        except BaseException as e:
+            flush_streams()
+            self.hello = {"status": "import error", "message": exception_text(e), "traceback": self.frames(e),
+                          "names": []}
+            return
+        flush_streams()
+        self.module = module
+        names = [n for n in request["names"] if callable(self.lookup(n))]
+        self.hello = {"status": "ok", "message": "", "traceback": [], "names": names}
+
+    def copy_shared(self, key):
+        kept = self.shared.get(key)
+        if kept is None:
+            return None
+        # The same tensor twice in one call (attention(x, x, x)) arrives as separate tensors, as inline ones do.
+        again = any(known is kept for known in self.copies.values())
+        copy = kept.original.clone() if again else kept.fresh()
+        self.copies[id(copy)] = kept
+        return copy
+
+    def lookup(self, name):
+        try:
+            return getattr(self.module, name, None)
+        except Exception:
+            return None
+
+    def frames(self, e):
+        """The traceback lines of ``e`` inside the submission's folder, its paths relative to it."""
+        prefix = self.root.rstrip(os.sep) + os.sep
+        kept = [traceback.FrameSummary(f.filename[len(prefix):], f.lineno, f.name, line=f.line)
+                for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(prefix)]
+        return [line for entry in traceback.format_list(kept) for line in entry.rstrip("\n").split("\n")]
+
+    def handle(self, message):
+        if message.get("op") == "calls":  # several calls in one round trip: their replies in a list
+            replies = []
+            for one in message["calls"]:
+                replies.append(self.handle({**one, "grad_seed": None, "keep": None}))
+                if replies[-1]["status"] == "crashed":
+                    return replies[-1]
+            return {"status": "ok", "value": replies, "mutated": []}
+        torch = self.torch
+        name, args, kwargs, seed = message["name"], list(message["args"]), message["kwargs"], message["grad_seed"]
+        fn = self.lookup(name)
+        if not callable(fn):
+            return {"status": "not implemented", "message": f"the submission defines no function {name}"}
+        parameters, made = [], False
+        if isinstance(fn, type) and args and self.instances.is_record(args[0]):  # a class: made, given the state, called
+            record = args.pop(0)
+            try:
+                fn = self.instances.implementation_instance(fn, record)
+            except self.instances.StateMismatch as e:
+                return {"status": "raised", "message": f"StateMismatch: {e}", "traceback": []}
+            except NotImplementedError as e:
+                return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
+            except Exception as e:
+                return {"status": "raised", "message": f"{name}(...) could not be made: {exception_text(e)}",
+                        "traceback": self.frames(e)}
+            parameters, made = self.instances.parameters(fn) if seed is not None else [], True
+            args.insert(0, None)  # positions keep counting from the record's: the grader's labels
+        # The mutation check's old values: a shared argument's untouched original (the wire.Shared), a
+        # gradient's leaf (the call gets a copy of it), else a copy: each made once, before the call.
+        originals = {label: self.copies[id(t)] for label, t in self.tensors(args, kwargs) if id(t) in self.copies}
+        leaves = {}
+        if seed is not None:
+            for label, t in self.floating(args, kwargs):
+                leaves[label] = t.detach().clone().requires_grad_(True)
+                # A non-leaf view of the leaf, so that an in-place change inside the call is recorded
+                # by autograd (and reported in ``mutated``) rather than refused.
+                set_arg(args, kwargs, label, leaves[label].clone())
+                originals.setdefault(label, leaves[label].detach())
+        before = [(label, t, originals[label] if label in originals else t.detach().clone())
+                  for label, t in self.tensors(args, kwargs)]
+        leaves.update((f"self.{n}", p) for n, p in parameters)
+        try:
+            with torch.enable_grad():
+                value = self.instances.call(fn, record, args[1:], kwargs) if made else fn(*args, **kwargs)
+        except NotImplementedError as e:
+            return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
+        except Exception as e:
+            return {"status": "raised", "message": exception_text(e), "traceback": self.frames(e),
+                    "mutated": self.mutated(before)}
+        except BaseException as e:
+            return {"status": "crashed", "message": f"the call raised {exception_text(e)}",
+                    "traceback": self.frames(e)}
+        reply = {"status": "ok", "value": value, "mutated": self.mutated(before)}
+        if seed is not None:
+            reply.update(self.gradients(value, leaves, seed))
+            # The arguments as the call left them: the grader compares them with its own copies (small ones).
+            reply["after"] = [[label, self.wire.plain_tensor(t)] for label, t in self.tensors(args, kwargs)]
+        keep = message.get("keep")
+        if keep is not None and isinstance(value, (tuple, list)):  # results no expectation reads: shapes only
+            # A plain tuple or list: the wire sends any tuple as a tuple (a namedtuple takes no iterable).
+            reply["value"] = (tuple if isinstance(value, tuple) else list)(
+                v if i in keep or not isinstance(v, torch.Tensor) else self.wire.ShapeOnly(v) for i, v in enumerate(value))
+        return reply
+
+    def gradients(self, value, leaves, seed):
+        torch = self.torch
+        grads = {label: None for label in leaves}
+        try:
+            loss = self.wire.projection(self.wire.tensors_in(value), seed)
+            if loss is None:
+                return {"grads": list(grads.items()),
+                        "grad_error": "no floating output carries a gradient: the result is detached from the inputs"}
+            found = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        except Exception as e:
+            frames = self.frames(e)
+            return {"grads": list(grads.items()), "grad_error": "\n".join([exception_text(e), *frames])}
+        return {"grads": [[label, g] for label, g in zip(leaves, found)], "grad_error": None}
+
+    def tensors(self, args, kwargs):
+        """(label, tensor) for the tensor arguments: an int for a position, a str for a keyword."""
+        pairs = list(enumerate(args)) + list(kwargs.items())
+        return [(label, v) for label, v in pairs if isinstance(v, self.torch.Tensor)]
+
+    def floating(self, args, kwargs):
+        return [(label, t) for label, t in self.tensors(args, kwargs) if t.is_floating_point()]
+
+    def mutated(self, before):
+        """The labels of the tensor arguments whose shape, dtype or values the call changed."""
+        changed = []
+        for label, t, old in before:
+            if isinstance(old, self.wire.Shared):
+                if old.unwritten(t):
+                    continue  # no page of its bytes written: no need to read them all
+                old = old.original
+            try:
+                new = self.wire.plain_tensor(t)
+                same = new.shape == old.shape and new.dtype == old.dtype and (self.torch.equal(new, old) or bool(
+                    ((new == old) | ((new != new) & (old != old))).all()))  # NaN where NaN was
+            except Exception:
+                same = False
+            if not same:
+                changed.append(label)
+        return changed
+
+
+def set_arg(args, kwargs, label, value):
+    if isinstance(label, int):
+        args[label] = value
+    else:
+        kwargs[label] = value
