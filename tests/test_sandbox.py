@@ -52,7 +52,32 @@ if mode == "unprivileged":
     os.setgroups([])
     os.setresgid(65534, 65534, 65534)
     os.setresuid(65534, 65534, 65534)
-run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+def grader_rss():
+    """The resident memory of the grader's own processes together (not the servers', not the submissions')."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"attention_core\0grade\0" not in f.read():
+                    continue
+            with open(f"/proc/{entry}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    batch = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+    peak = 0
+    while batch.poll() is None:
+        peak = max(peak, grader_rss())
+        try:
+            batch.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+    err.seek(0)
+    stderr = err.read()
+    out.seek(0)
+    stdout = out.read()
 alive = []
 for entry in os.listdir("/proc"):
     if not entry.isdigit() or int(entry) == os.getpid():
@@ -64,7 +89,8 @@ for entry in os.listdir("/proc"):
     except OSError:
         pass
 with open(result, "w") as f:
-    json.dump({"code": run.returncode, "stderr": run.stderr[-4000:], "alive": alive, "uid": os.getuid()}, f)
+    json.dump({"code": batch.returncode, "stderr": stderr[-4000:], "alive": alive, "uid": os.getuid(),
+               "grader_rss": peak, "printed": stdout + stderr}, f)
 '''
 
 
@@ -131,6 +157,13 @@ def test_the_grader_survives_and_the_batch_finishes_in_bounded_time(batch):
     assert ran["uid"] == (0 if mode == "root" else 65534)
     assert len(results) == 2 + len(attacks.SOURCES)
     assert seconds < 600
+
+
+def test_the_grader_stays_under_1_5_gb_and_prints_no_raw_control_byte(batch):
+    _, (ran, _, _, _) = batch
+    assert 0 < ran["grader_rss"] < 1.5 * 2**30, f"the grader's processes held {ran['grader_rss'] / 2**20:.0f} MiB"
+    unprintable = {c for c in ran["printed"] if not c.isprintable() and c != "\n"}
+    assert not unprintable, unprintable
 
 
 def test_well_behaved_submissions_of_the_same_batch_keep_full_marks(batch):
