@@ -247,7 +247,7 @@ class Refused(Exception):
 
 
 # Seconds the evaluations sharing one budget may take (a case's inputs, a check's targets); settable.
-CASE_SECONDS = float(os.environ.get("ATTENTION_CORE_CASE_SECONDS", "5"))
+CASE_SECONDS = float(os.environ.get("ATTENTION_CORE_CASE_SECONDS", "2"))
 MAX_MULTIPLY_ADDS = 2**31  # of one matrix product: about a second on one core
 
 

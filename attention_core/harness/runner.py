@@ -129,7 +129,7 @@ def judged(item, values, *, device="cpu", preparation=None):
     return _guarded(item, None, device, preparation, judge=values)
 
 
-FILE_SECONDS = float(os.environ.get("ATTENTION_CORE_FILE_SECONDS", "10"))  # one case file's checks together
+FILE_SECONDS = float(os.environ.get("ATTENTION_CORE_FILE_SECONDS", "4"))  # one case file's checks together
 _SPENT: dict = {}  # a case file's path -> the seconds its checks have taken in this process
 
 
