@@ -15,10 +15,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attention_core.authoring.commands import AUTHORING, add_authoring_commands
-from attention_core.harness import inventory, runner
-from attention_core.harness.cases import load_folder
-from attention_core.harness.devices import DEVICES, covered, skip_reason
-from attention_core.harness.results import Status, one_line, render
+from attention_core.harness.reading import inventory
+from attention_core.harness.checking import runner
+from attention_core.harness.reading.cases import load_folder
+from attention_core.harness.checking.devices import DEVICES, covered, skip_reason
+from attention_core.harness.checking.results import Status, one_line, render
 from attention_core.harness.text import escape, is_terminal
 from attention_core.report import html as report
 
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 def chosen_assignment(args):
     """The Assignment the command works on: ``--assignment DIR``, else the built-in one; ``--cases DIR``
     replaces its case folder. Raises ValueError (an AssignmentError or SettingsError) naming the problem."""
-    from attention_core import assignment  # noqa: PLC0415
+    from attention_core.harness.reading import assignment  # noqa: PLC0415
     return assignment.resolve(getattr(args, "assignment", None), getattr(args, "cases", None))
 
 

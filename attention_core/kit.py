@@ -27,13 +27,10 @@ import torch
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from attention_core import spec
-from attention_core.assignment import Graded
+from attention_core.harness.reading.assignment import KIT_FILE
 from attention_core.authoring.record import round_trip
-from attention_core.harness import runner
-from attention_core.settings import SettingsError
+from attention_core.harness.checking import calls, runner
 
-KIT_FILE = "kit.yaml"
 
 
 def write_kit(assignment, kit, out=None):
@@ -126,7 +123,7 @@ def _visible(item, assignment):
 
 
 def _makes_instance(item):
-    from attention_core.harness import expr  # noqa: PLC0415
+    from attention_core.harness.languages import expr  # noqa: PLC0415
     return item.check.kind == "call" and expr.makes_instance(item.check.expr.tree)
 
 
@@ -157,7 +154,7 @@ def _record_oracles(raw_check, item):
     reading = [e for e in item.check.expectations if e.kind == "oracle" and "self" in e.oracle.names]
     if not reading:
         return
-    values = runner._oracles(item)
+    values = calls.oracles(item)
     for e in reading:
         raw = raw_check["expect"][e.target]
         recorded = CommentedMap()
@@ -192,25 +189,6 @@ def _write_yaml(path, tree):
     yaml = YAML()
     with open(path, "w", encoding="utf-8") as handle:
         yaml.dump(tree, handle)
-
-
-def read_kit_spec(folder, settings):
-    """The graded names of a kit (``KIT_FILE``); raises SettingsError where it is missing or malformed."""
-    path = Path(folder) / KIT_FILE
-    if not path.is_file():
-        raise SettingsError(f"{Path(folder) / 'reference.py'}: no such file, and no {KIT_FILE} either: an "
-                            f"assignment's folder holds its reference.py; a students' kit, its {KIT_FILE}")
-    try:
-        tree = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-        graded = {}
-        for name, entry in tree["graded"].items():
-            params = tuple(spec.Param(str(p)) for p in entry["params"])
-            call_params = tuple(spec.Param(str(p)) for p in entry["call_params"])
-            graded[str(name)] = Graded(str(name), str(entry["kind"]), params, call_params,
-                                       tuple(map(str, entry["returns"])))
-    except Exception as err:  # noqa: BLE001 (any malformed kit file is one error)
-        raise SettingsError(f"{path}: not a kit file: {type(err).__name__}: {err}") from None
-    return graded
 
 
 def _readme(assignment, kept, left):

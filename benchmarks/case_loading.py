@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from attention_core.harness.cases import clear_caches, load_folder  # noqa: E402
+from attention_core.harness.reading.cases import clear_caches, load_folder  # noqa: E402
 
 _DIGIT = re.compile(r"(?<=\d\.\d\d)\d(?=\d*[,\]\s])")  # a printed number's third decimal
 

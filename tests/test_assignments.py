@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core import assignment as assignments
+from attention_core.harness.reading import assignment as assignments
 from attention_core import instances
-from attention_core.harness import runner
-from attention_core.settings import SettingsError, read_settings
+from attention_core.harness.checking import runner
+from attention_core.harness.reading.settings import SettingsError, read_settings
 from tests.outputs import folder, last_part
 
 ROOT = Path(__file__).resolve().parent.parent

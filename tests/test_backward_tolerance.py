@@ -13,7 +13,7 @@ import pytest
 
 from attention_core import reference
 from attention_core.grading.grader import Grader
-from attention_core.harness import tolerance
+from attention_core.harness.checking import tolerance
 
 pytestmark = pytest.mark.grading
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.harness import model, runner
-from attention_core.harness.cases import load_file
-from attention_core.harness.fields import FieldError, literal
+from attention_core.harness.reading import model
+from attention_core.harness.checking import runner
+from attention_core.harness.reading.cases import load_file
+from attention_core.harness.reading.fields import FieldError, literal
 
 GOOD = """\
 document: {title: A test document}

@@ -6,8 +6,9 @@ import time
 
 import torch
 
-from attention_core.harness import expr, yaml_lines
-from attention_core.harness.cases import CaseError
+from attention_core.harness.languages import expr
+from attention_core.harness.reading import yaml_lines
+from attention_core.harness.reading.cases import CaseError
 
 
 def cli(*args, cwd=None):
@@ -62,7 +63,7 @@ def test_a_tab_in_a_case_file_is_named_in_the_message():
 
 
 def test_a_seeded_case_the_reference_fails_says_what_its_seed_draws_first(tmp_path):
-    from attention_core.harness import runner  # noqa: PLC0415
+    from attention_core.harness.checking import runner  # noqa: PLC0415
     (tmp_path / "s.yaml").write_text(
         "document: {title: T}\ncases:\n  - id: c\n    seed: 41\n    inputs: {x: {randn: [4, 8, 2]}}\n"
         "    checks:\n      - id: k\n        expr: x[0, 0]\n        expect: {out: \"tensor([1.9269, 1.4873])\"}\n")

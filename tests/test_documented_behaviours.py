@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from attention_core.cli import Shown, check_command
-from attention_core.harness.devices import covered
+from attention_core.harness.checking.devices import covered
 from attention_core.grading import gradescope, ids
 from attention_core.grading.batch import Score, Scores
 from attention_core.grading.grader import Grader
-from attention_core.harness import snapshot, tolerance
-from attention_core.harness.tensor_text import parse_tensor
+from attention_core.harness.plugin import snapshot
+from attention_core.harness.checking import tolerance
+from attention_core.harness.languages.tensor_text import parse_tensor
 from tests.outputs import folder
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from attention_core.harness.draws import check_spec, draw
+from attention_core.harness.languages.draws import check_spec, draw
 
 
 def _stream(seed, *draws_):
@@ -110,7 +110,7 @@ def test_the_dropout_draw_reproduces_the_tutorials_print_and_continues_the_strea
 
 
 def test_a_case_with_a_dropout_draw_checks_nn_dropouts_output(tmp_path):
-    from attention_core.harness import runner  # noqa: PLC0415
+    from attention_core.harness.checking import runner  # noqa: PLC0415
     torch.manual_seed(123)
     printed = str(nn.Dropout(0.5)(torch.ones(6, 6)))
     (tmp_path / "dropout.yaml").write_text(

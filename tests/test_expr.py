@@ -1,4 +1,4 @@
-"""Tests of the case-file expression language (attention_core.harness.expr)."""
+"""Tests of the case-file expression language (attention_core.harness.languages.expr)."""
 
 import math
 import pickle
@@ -7,10 +7,10 @@ import types
 import pytest
 import torch
 
-from attention_core.harness import expr as expr_module
+from attention_core.harness.languages import expr as expr_module
 from torch.overrides import TorchFunctionMode
 
-from attention_core.harness.expr import BUILTINS, CONSTANTS, Budget, Expr, ExprError, parse
+from attention_core.harness.languages.expr import BUILTINS, CONSTANTS, Budget, Expr, ExprError, parse
 
 torch.manual_seed(0)
 A = torch.randn(3, 4)
@@ -313,7 +313,7 @@ def test_tensor_methods(source, expected):
 
 
 def test_every_allowed_method_is_tested():
-    from attention_core.harness.expr import TENSOR_METHODS
+    from attention_core.harness.languages.expr import TENSOR_METHODS
 
     sources = " ".join(source for source, _ in METHOD_CASES)
     assert {name for name in TENSOR_METHODS if f".{name}(" not in sources} == set()

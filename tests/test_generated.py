@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attention_core import assignment
+from attention_core.harness.reading import assignment
 from attention_core.grading import generated
 from attention_core.grading.grader import Grader
 

@@ -23,7 +23,7 @@ from attention_core.cli import main
 from attention_core.grading import mutants
 from attention_core.grading.grader import Grader
 from attention_core.grading.template import template
-from attention_core.harness import runner
+from attention_core.harness.checking import runner
 from tests.outputs import folder, last_part
 
 pytestmark = pytest.mark.grading

@@ -5,8 +5,8 @@ import textwrap
 import torch
 
 from attention_core import cli
-from attention_core.harness import runner
-from attention_core.harness.snapshot import FULL_LIMIT, TensorSnapshotExtension, summary_guarantee
+from attention_core.harness.checking import runner
+from attention_core.harness.plugin.snapshot import FULL_LIMIT, TensorSnapshotExtension, summary_guarantee
 
 EXT = TensorSnapshotExtension()
 

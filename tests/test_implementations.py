@@ -7,8 +7,8 @@ check that needs a function the submission lacks shows it.
 import pytest
 
 from attention_core import spec
-from attention_core.harness import runner
-from attention_core.harness.results import Status
+from attention_core.harness.checking import runner
+from attention_core.harness.checking.results import Status
 from implementations import EMPTY, SOFTMAX_ONLY, STYLES
 
 GRADED = [item for item in runner.collect(runner.default_cases_folder())

@@ -14,9 +14,10 @@ import yaml
 import torch
 
 from attention_core import cli
-from attention_core.harness import inventory, runner
-from attention_core.harness.cases import load_file
-from attention_core.harness.results import Status
+from attention_core.harness.reading import inventory
+from attention_core.harness.checking import runner
+from attention_core.harness.reading.cases import load_file
+from attention_core.harness.checking.results import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 # The documents live in ../shared/seeds beside the checkout (or beside a folder above it).

@@ -6,8 +6,9 @@ import shutil
 import pytest
 
 from attention_core import cli
-from attention_core.harness import inventory, runner
-from attention_core.harness.cases import load_folder
+from attention_core.harness.reading import inventory
+from attention_core.harness.checking import runner
+from attention_core.harness.reading.cases import load_folder
 
 CASES = runner.default_cases_folder()
 CORPUS_PAGE = CASES.parent / "docs" / "corpus.md"

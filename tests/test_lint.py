@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from attention_core import cli
-from attention_core.harness import runner
-from attention_core.harness.results import Status
+from attention_core.harness.checking import runner
+from attention_core.harness.checking.results import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "lint_corpus"

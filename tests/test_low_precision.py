@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from attention_core.harness import runner, tolerance, torch_route
+from attention_core.harness.checking import calls, runner, tolerance, torch_route
 
 def _call(item, scope, functions, device, dtype):
-    outputs = runner._call(item.check, item.check.expr, scope, functions, device, item.case,
+    outputs = calls.call(item.check, item.check.expr, scope, functions, device, item.case,
                            reference=runner.REFERENCE, dtype=dtype)
     return {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
 

@@ -107,7 +107,7 @@ _PROBE = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 from attention_core import cli
-from attention_core.harness import runner
+from attention_core.harness.checking import runner
 folder, report = sys.argv[1], sys.argv[2]
 found = {{}}
 for item in runner.collect(folder):

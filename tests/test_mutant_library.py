@@ -13,7 +13,7 @@ import torch
 from attention_core import reference, spec
 from attention_core.grading import diagnose, mutants
 from attention_core.grading.mutants import MUTANTS, Mutant, relevant, submission_source
-from attention_core.harness import runner
+from attention_core.harness.checking import runner
 
 # transpose_for_2d_only uses k.T on batched tensors on purpose; torch warns that it is deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attention_core import cli
-from attention_core.harness.devices import NO_CUDA, covered
+from attention_core.harness.checking.devices import NO_CUDA, covered
 
 pytest_plugins = ["pytester"]
 
@@ -99,7 +99,7 @@ def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(cour
     result = course.runpytest_subprocess("--cases", "checks", "-v", "-rs")
     result.assert_outcomes(**_outcomes(2, 1))
     result.stdout.fnmatch_lines(["*test_course.py::test_the_course_own_test PASSED*",
-                                 "*attention_core/harness/case_checks.py::test_case[[]repro/lin/attn-cpu] PASSED*"])
+                                 "*attention_core/harness/plugin/case_checks.py::test_case[[]repro/lin/attn-cpu] PASSED*"])
     if not CUDA:
         result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *: {NO_CUDA}"])
     # No snapshot is compared, and syrupy has nothing to say (no "unused detection is disabled").

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core import assignment, reference
+from attention_core import reference
+from attention_core.harness.reading import assignment
 from attention_core.grading import client, properties
 from attention_core.grading.grader import Grader
-from attention_core.harness import runner
-from attention_core.settings import PROPERTY_KINDS, SettingsError, read_settings
+from attention_core.harness.checking import runner
+from attention_core.harness.reading.settings import PROPERTY_KINDS, SettingsError, read_settings
 from tests.implementations import STYLES
 from tests.outputs import folder
 

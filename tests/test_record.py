@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from attention_core import cli
-from attention_core.harness import runner, torch_route, yaml_lines
-from attention_core.harness.cases import load_file
-from attention_core.harness.results import Status
+from attention_core.harness.checking import runner, torch_route
+from attention_core.harness.reading import yaml_lines
+from attention_core.harness.reading.cases import load_file
+from attention_core.harness.checking.results import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "cases" / "case-file.schema.json").read_text(encoding="utf-8"))

@@ -11,8 +11,8 @@ import torch
 
 from attention_core.cli import main
 from attention_core.grading import gradescope, mutants
-from attention_core.harness import compare
-from attention_core.harness.results import Failure, Result, Status
+from attention_core.harness.checking import compare
+from attention_core.harness.checking.results import Failure, Result, Status
 from attention_core.report import figures, heatmap
 from test_heatmap import cell_fills, luminance
 from tests.outputs import folder

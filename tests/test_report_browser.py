@@ -18,7 +18,7 @@ import torch
 
 from attention_core.cli import main
 from attention_core.grading import mutants
-from attention_core.harness import runner
+from attention_core.harness.checking import runner
 from tests.outputs import folder
 
 pytestmark = [pytest.mark.grading, pytest.mark.browser]

@@ -8,8 +8,8 @@ import torch
 
 from attention_core import reference, spec
 from attention_core.cli import main
-from attention_core.harness import compare, refusals, runner
-from attention_core.harness.results import Failure, Status
+from attention_core.harness.checking import compare, refusals, runner
+from attention_core.harness.checking.results import Failure, Status
 
 ITEMS = [i for i in runner.collect(runner.default_cases_folder()) if i.error is None]
 GRADED = [i for i in ITEMS if i.check.kind == "call"]

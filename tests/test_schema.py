@@ -6,8 +6,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from attention_core.harness import model, yaml_lines
-from attention_core.harness.cases import SCHEMA_LINE, find_case_files
+from attention_core.harness.reading import model, yaml_lines
+from attention_core.harness.reading.cases import SCHEMA_LINE, find_case_files
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 SCHEMA = CASES / "case-file.schema.json"
@@ -20,9 +20,9 @@ def _validator():
 
 
 def test_the_committed_schema_is_the_models():
-    # Regenerate with: python -m attention_core.harness.model > cases/case-file.schema.json
+    # Regenerate with: python -m attention_core.harness.reading.model > cases/case-file.schema.json
     written = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    assert written == model.json_schema(), "python -m attention_core.harness.model > cases/case-file.schema.json"
+    assert written == model.json_schema(), "python -m attention_core.harness.reading.model > cases/case-file.schema.json"
 
 
 @pytest.mark.parametrize("path", find_case_files(CASES), ids=lambda p: p.stem)

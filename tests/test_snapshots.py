@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.harness import tolerance
-from attention_core.harness.snapshot import FULL_LIMIT, TensorSnapshotExtension, parse, summary_guarantee
+from attention_core.harness.checking import tolerance
+from attention_core.harness.plugin.snapshot import FULL_LIMIT, TensorSnapshotExtension, parse, summary_guarantee
 
 ROOT = Path(__file__).resolve().parent.parent
 EXT = TensorSnapshotExtension()

@@ -8,7 +8,7 @@ import pytest
 
 import attention_core
 from attention_core import reference, spec
-from attention_core.harness import torch_route
+from attention_core.harness.checking import torch_route
 
 SPEC_PAGE = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
 

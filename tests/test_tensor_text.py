@@ -1,4 +1,4 @@
-"""Tests of the parser of torch's printed tensor form (attention_core.harness.tensor_text)."""
+"""Tests of the parser of torch's printed tensor form (attention_core.harness.languages.tensor_text)."""
 
 import dataclasses
 import itertools
@@ -9,7 +9,7 @@ import zlib
 import pytest
 import torch
 
-from attention_core.harness.tensor_text import (
+from attention_core.harness.languages.tensor_text import (
     PrintedTensor,
     TensorTextError,
     looks_like_size,

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attention_core import reference
-from attention_core.harness import compare, runner, tolerance
-from attention_core.harness.tensor_text import parse_tensor
+from attention_core.harness.checking import compare, runner, tolerance
+from attention_core.harness.languages.tensor_text import parse_tensor
 from implementations import attention_wrong_axis, inverted_mask, no_scale, softmax_wrong_axis
 
 CASES = runner.default_cases_folder()
@@ -109,7 +109,7 @@ def test_rounding_of_printed_inputs_is_propagated(monkeypatch):
     # printed scores by 7.4e-5 at (7, 7), more than half a unit: only the propagated input rounding
     # lets the right computation pass.
     item = _item("000_attention_explained/version3_p_attn/scores_masked")
-    spread = runner._numerics(item)[1]["out"]
+    spread = runner.numerics(item)[1]["out"]
     assert 1e-5 < float(spread[7, 7]) < 1e-4
     assert runner.run(item).passed
     monkeypatch.setattr(tolerance, "PERTURBATIONS", 0)
@@ -157,7 +157,7 @@ def test_the_noise_floor_is_measured_so_a_masking_constant_widens_nothing():
     # Document 002's additive mask holds -1e10 beside exact zeros: a floor scaled by the
     # tensor's largest value would let ±19073 through at every zero.
     item = _item("002_attention_mechanism/masked_attention/additive_mask")
-    noise, _ = runner._numerics(item)
+    noise, _ = runner.numerics(item)
     assert noise["out"] == 0.0  # float32 and float64 agree exactly on this mask
     assert runner.run(item).passed
     mask = torch.triu(torch.ones(10, 10) * -1e10, diagonal=1)
@@ -168,7 +168,7 @@ def test_the_noise_floor_is_measured_so_a_masking_constant_widens_nothing():
 
 def test_the_measured_floor_keeps_small_e_notation_values_tight():
     item = _item("001_self_attention/four_by_four/softmax")
-    noise, _ = runner._numerics(item)
+    noise, _ = runner.numerics(item)
     allowed = tolerance.printed_allowance(item.check.expectations[0].printed, torch.float32, noise=noise["out"])
     assert 5e-9 < float(allowed[0]) < 5e-7  # 1.2298e-04: half a unit is 5e-9, the floor adds about 4e-7
     assert float(allowed[0]) < tolerance.noise_floor(torch.float32, torch.tensor([1.0])) / 4

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attention_core import reference
-from attention_core.harness import runner
+from attention_core.harness.checking import runner
 from tests.outputs import folder, last_part
 
 REFERENCE = Path(reference.__file__).read_text(encoding="utf-8")
@@ -128,7 +128,7 @@ def attention(q, k, v, mask=None, scale=None):
 def test_a_results_json_is_cut_to_under_1_mb_however_many_long_outputs_it_holds():
     from attention_core.grading import gradescope  # noqa: PLC0415
     from attention_core.grading.grader import Grade, SubmissionGrade  # noqa: PLC0415
-    from attention_core.harness.results import Result, Status  # noqa: PLC0415
+    from attention_core.harness.checking.results import Result, Status  # noqa: PLC0415
     graded = SubmissionGrade("s", Path("s.py"), note="printed " * 2000)
     for i in range(400):
         result = Result(Status.IMPLEMENTATION_ERROR, f"f/c/{i}", "f.yaml:1", message="\u00e9 raised " + "x" * 9000)

@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
-from attention_core.harness import yaml_lines
-from attention_core.harness.yaml_lines import CaseError
+from attention_core.harness.reading import yaml_lines
+from attention_core.harness.reading.yaml_lines import CaseError
 
 TEXT = """\
 base: &base {a: 1, b: "two"}

@@ -7,8 +7,8 @@ adds the parsers and dispatches to :data:`AUTHORING`.
 import sys
 from pathlib import Path
 
-from attention_core.harness import runner
-from attention_core.harness.cases import SCHEMA_FILE
+from attention_core.harness.checking import runner
+from attention_core.harness.reading.cases import SCHEMA_FILE
 
 
 def add_authoring_commands(commands, common):
@@ -87,7 +87,7 @@ def record_command(args, out=None):
 def new_command(args, out=None):
     """Write the skeleton; 2 when the name is not a plain file name or the file exists."""
     from attention_core.authoring.drafts import skeleton  # noqa: PLC0415
-    from attention_core.harness.fields import ID  # noqa: PLC0415
+    from attention_core.harness.reading.fields import ID  # noqa: PLC0415
     out = out or sys.stdout
     folder = Path(_chosen(args).cases)
     path = folder / f"{args.name}.yaml"
@@ -103,7 +103,7 @@ def new_command(args, out=None):
 
 def _chosen(args):
     """The assignment the command line chose (``--assignment``, ``--cases``), or the built-in one."""
-    from attention_core.assignment import resolve  # noqa: PLC0415
+    from attention_core.harness.reading.assignment import resolve  # noqa: PLC0415
     return getattr(args, "assignment_loaded", None) or resolve(getattr(args, "assignment", None),
                                                                getattr(args, "cases", None))
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import torch
 
-from attention_core.harness import refusals, runner, yaml_lines
-from attention_core.harness.cases import find_case_files, load_file, shown_path
-from attention_core.harness.inputs import InputError, materialise
-from attention_core.harness.model import waiting
+from attention_core.harness.checking import refusals, runner
+from attention_core.harness.reading import yaml_lines
+from attention_core.harness.reading.cases import find_case_files, load_file, shown_path
+from attention_core.harness.checking.inputs import InputError, materialise
+from attention_core.harness.reading.model import waiting
 from attention_core.harness.text import escape, shorten
 
 

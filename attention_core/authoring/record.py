@@ -16,10 +16,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from attention_core.harness import runner, torch_route
-from attention_core.harness.cases import load_file
-from attention_core.harness.inputs import materialise
-from attention_core.harness.model import waiting
+from attention_core.harness.checking import calls, torch_route
+from attention_core.harness.reading.cases import load_file
+from attention_core.harness.checking.inputs import materialise
+from attention_core.harness.reading.model import waiting
 
 TORCH_ROUTE = "torch's functions in float64, cast to {dtype}"
 TEACHER_ROUTE = "the assignment's reference in float64, cast to {dtype}"
@@ -87,16 +87,16 @@ def _compute(case, check, assignment):
     try:
         scope = materialise(case, dtype=torch.float64)
         functions = torch_route.FUNCTIONS if check.kind == "call" and assignment.builtin else reference
-        outputs = runner._call(check, check.expr, scope, functions, "cpu", case, reference=reference,
+        outputs = calls.call(check, check.expr, scope, functions, "cpu", case, reference=reference,
                                dtype=torch.float64)
-        values = runner._targets(check, scope, outputs, "cpu", torch.float64)
+        values = calls.targets(check, scope, outputs, "cpu", torch.float64)
         how = TORCH_ROUTE.format(dtype=dtype) if independent else TEACHER_ROUTE.format(dtype=dtype)
         return {k: _cast(v, case.dtype) for k, v in values.items()}, how
     except Exception as err:  # noqa: BLE001 (the route cannot take this case: the reference core can)
         why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
     scope = materialise(case)
-    outputs = runner._call(check, check.expr, scope, reference, "cpu", case, reference=reference)
-    return runner._targets(check, scope, outputs, "cpu", case.dtype), REFERENCE_ROUTE.format(dtype=dtype, why=why)
+    outputs = calls.call(check, check.expr, scope, reference, "cpu", case, reference=reference)
+    return calls.targets(check, scope, outputs, "cpu", case.dtype), REFERENCE_ROUTE.format(dtype=dtype, why=why)
 
 
 def _cast(value, dtype):

@@ -19,7 +19,7 @@ import torch
 
 from attention_core.grading import generated, mutants, properties
 from attention_core.grading.diagnose import calls_of
-from attention_core.harness import runner
+from attention_core.harness.checking import runner
 
 
 @dataclass

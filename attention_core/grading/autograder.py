@@ -71,7 +71,7 @@ def bundle(out, project, assignment=None):
 
 def _shipped(assignment):
     """Whether ``assignment`` is the built-in one with its own cases: the harness's source carries it all."""
-    from attention_core.assignment import default_cases_folder  # noqa: PLC0415
+    from attention_core.harness.reading.assignment import default_cases_folder  # noqa: PLC0415
     return assignment.builtin and Path(assignment.cases).resolve() == default_cases_folder().resolve()
 
 

@@ -9,14 +9,14 @@ from the arguments as the call left them against the grader's own copies. A mixi
 
 import torch
 
-from attention_core import assignment as assignments
+from attention_core.harness.reading import assignment as assignments
 from attention_core import instances
 from attention_core.grading import replies, wire
 from attention_core.grading.diagnose import leading_slice
 from attention_core.grading.remote import GRADIENT_LIMIT, PROJECTION_SEED
-from attention_core.harness import compare, tolerance
-from attention_core.harness.model import ShapeExpectation
-from attention_core.harness.results import CallFailed, Failure, Result, Status
+from attention_core.harness.checking import compare, tolerance
+from attention_core.harness.reading.model import ShapeExpectation
+from attention_core.harness.checking.results import CallFailed, Failure, Result, Status
 
 
 class BackwardChecks:

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from attention_core.grading import gradescope, ids, lms, records
 from attention_core.grading.properties.model import is_property
-from attention_core.assignment import resolve
+from attention_core.harness.reading.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning
 from attention_core.harness.text import escape, is_terminal, points
 from attention_core.report.figures import Drawings
@@ -218,7 +218,7 @@ def nothing_graded(chosen):
     """(why no submission could score anything against the Assignment ``chosen``, or None; the case errors,
     as ``location: message``). Nothing to grade: no case file, no graded check that
     loads (each names a function the reference does not define...), or a setting that names no check."""
-    from attention_core.harness import runner  # noqa: PLC0415
+    from attention_core.harness.checking import runner  # noqa: PLC0415
     items = runner.collect(chosen.cases, chosen)
     graded = [i for i in items if i.error is None and i.check.kind == "call"]
     errors = [i for i in items if i.error is not None]

@@ -18,8 +18,8 @@ import torch
 from attention_core import reference, spec
 from attention_core.grading import generated, mutants, wire
 from attention_core.grading.properties.model import is_property
-from attention_core.harness import compare, runner, tolerance
-from attention_core.harness.results import Status
+from attention_core.harness.checking import compare, runner, tolerance
+from attention_core.harness.checking.results import Status
 
 SAMPLE = 4096  # elements of a large result compared first
 LARGE = 1 << 16  # elements of an argument from which a check's mutants are tried on the first batch entry first

@@ -9,7 +9,7 @@ returned. The teacher's report (``report.html``, the terminal) keeps the file:li
 import torch
 
 from attention_core import instances
-from attention_core.harness.results import MAX_FAILURES, Status
+from attention_core.harness.checking.results import MAX_FAILURES, Status
 from attention_core.harness.text import escape_lines, shorten
 
 SHOWN_ELEMENTS = 24  # a tensor argument this small is printed in full

@@ -29,7 +29,7 @@ import copy
 import types
 from dataclasses import dataclass
 
-from attention_core import assignment as assignments
+from attention_core.harness.reading import assignment as assignments
 from attention_core.grading.mutants import Mutant
 from attention_core.grading.slips import Context, Slip, context_of, slips
 

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import torch
 
-from attention_core import assignment as assignments
+from attention_core.harness.reading import assignment as assignments
 from attention_core.grading import archives, client, feedback, generated, notebooks, replies, sandbox, wire
 from attention_core.grading.backward import BackwardChecks
 from attention_core.grading.diagnose import Diagnoser, calls_of
 from attention_core.grading.grades import Grade, SubmissionGrade  # noqa: F401 (where the grader's callers find them)
 from attention_core.grading.property_grades import PropertyGrades
 from attention_core.grading.remote import RemoteFunctions
-from attention_core.harness import runner, torch_route
-from attention_core.harness.results import Result, Status
+from attention_core.harness.checking import runner, torch_route
+from attention_core.harness.checking.results import Result, Status
 from attention_core.harness.text import escape, first_given
 from attention_core.harness.text import points as points_text
 

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attention_core.harness.results import Result
+from attention_core.harness.checking.results import Result
 
 
 @dataclass

@@ -3,7 +3,7 @@ relation judged in the grader. A mixin of the Grader."""
 
 from attention_core.grading import feedback, properties, replies, wire
 from attention_core.grading.grades import Grade
-from attention_core.harness.results import CallFailed, Result, Status
+from attention_core.harness.checking.results import CallFailed, Result, Status
 
 PROPERTY_REPLY = 1 << 20  # bytes of a reply beyond its tensors, for a submission's property calls together
 

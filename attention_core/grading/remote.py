@@ -2,7 +2,7 @@
 (``client.Submission``), its outcome turned into the value or the CallFailed the check reports."""
 
 from attention_core.grading import replies, wire
-from attention_core.harness.results import CallFailed, Status
+from attention_core.harness.checking.results import CallFailed, Status
 
 GRADIENT_LIMIT = 4096  # a floating input larger than this is cut to its leading slice
 PROJECTION_SEED = 0

@@ -10,7 +10,7 @@ are not kept.
 import html
 from dataclasses import dataclass
 
-from attention_core.harness.results import Status, render
+from attention_core.harness.checking.results import Status, render
 from attention_core.harness.text import points
 from attention_core.report.figures import MAX_CHECKS, Drawings
 

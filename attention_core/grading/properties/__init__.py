@@ -37,7 +37,7 @@ from attention_core.grading.properties.model import (  # noqa: F401 (the room's 
     second_calls,
 )
 from attention_core.grading.properties.relations import GENERIC, KINDS
-from attention_core.harness.results import CallFailed, Status
+from attention_core.harness.checking.results import CallFailed, Status
 
 SEED = 20240917  # the inputs' draws: fixed, so every student and every regrade gets the same
 BASES_PER_NAME = 2  # a teacher's name: the arguments of this many of its graded checks
@@ -139,7 +139,7 @@ def probes(assignment, items, preparation=None, points=None):
     if assignment.builtin:
         bases = builtin_bases()
     else:
-        from attention_core.harness import runner
+        from attention_core.harness.checking import runner
         bases = teacher_bases(assignment, items, preparation or runner.Preparation())
     functions = assignment.functions
     checked = {i.check.function for i in items if i.error is None and i.check.kind == "call"}

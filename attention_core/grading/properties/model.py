@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attention_core.harness import tolerance
-from attention_core.harness.results import CallFailed
+from attention_core.harness.checking import tolerance
+from attention_core.harness.checking.results import CallFailed
 
 PREFIX = "properties"
 

@@ -21,7 +21,7 @@ from attention_core.grading.properties.model import (
     replaced,
     results,
 )
-from attention_core.harness import tolerance
+from attention_core.harness.checking import tolerance
 
 LARGE = 100.0  # inputs multiplied by this for the large-input property
 MOMENT_TOLERANCE = 1e-3  # layer norm's mean and variance, against 0 and 1

@@ -16,7 +16,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from attention_core.harness.model import PrintedInput
+from attention_core.harness.reading.model import PrintedInput
 
 STATUSES = ("encoded", "input", "not encodable")
 COLUMNS = ["cell", "variable", "status", "checks", "reason"]

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 from attention_core import instances, spec
-from attention_core.settings import Settings, read_settings
+from attention_core.harness.reading import yaml_lines
+from attention_core.harness.reading.settings import Settings, SettingsError, read_settings
 
 REFERENCE_FILE, CASES_FOLDER, SETTINGS_FILE = "reference.py", "cases", "assignment.yaml"
 
@@ -90,7 +91,7 @@ class Assignment:
         checks, load errors included)."""
         if self.folder is None or not self.settings.checks:
             return []
-        from attention_core.settings import PROPERTY_KINDS, unknown_checks  # noqa: PLC0415
+        from attention_core.harness.reading.settings import PROPERTY_KINDS, unknown_checks  # noqa: PLC0415
         known = [i.id for i in items] + [f"properties/{name}/{kind}" for name in self.graded for kind in PROPERTY_KINDS]
         return unknown_checks(Path(self.folder) / SETTINGS_FILE, self.settings, known)
 
@@ -218,7 +219,7 @@ def default() -> Assignment:
 
 def default_cases_folder():
     """``cases/`` beside the package (a source checkout), else the copy installed with it."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[2]  # the package, attention_core/
     for candidate in (here.parent / CASES_FOLDER, here / CASES_FOLDER):
         if candidate.is_dir():
             return candidate
@@ -246,10 +247,26 @@ def read_spec(module, settings):
     return {g.name: g for _, g in sorted(found, key=lambda pair: pair[0])}
 
 
+KIT_FILE = "kit.yaml"  # a students' kit's record of the graded names (the kit has no reference.py)
+
+
 def kit_spec(folder, settings):
-    """A students' kit's graded names, as its kit file records them."""
-    from attention_core.kit import read_kit_spec  # noqa: PLC0415
-    return read_kit_spec(folder, settings)
+    """The graded names of a kit (``KIT_FILE``); raises SettingsError where it is missing or malformed."""
+    path = Path(folder) / KIT_FILE
+    if not path.is_file():
+        raise SettingsError(f"{Path(folder) / 'reference.py'}: no such file, and no {KIT_FILE} either: an "
+                            f"assignment's folder holds its reference.py; a students' kit, its {KIT_FILE}")
+    try:
+        tree = yaml_lines.parse(path.read_text(encoding="utf-8"))
+        graded = {}
+        for name, entry in tree["graded"].items():
+            params = tuple(spec.Param(str(p)) for p in entry["params"])
+            call_params = tuple(spec.Param(str(p)) for p in entry["call_params"])
+            graded[str(name)] = Graded(str(name), str(entry["kind"]), params, call_params,
+                                       tuple(map(str, entry["returns"])))
+    except Exception as err:  # noqa: BLE001 (any malformed kit file is one error)
+        raise SettingsError(f"{path}: not a kit file: {type(err).__name__}: {err}") from None
+    return graded
 
 
 def _line(value):

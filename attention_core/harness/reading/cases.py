@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pydantic
 
-from attention_core.harness import fields, yaml_lines
-from attention_core.harness.fields import ID, FieldError
-from attention_core.harness.model import Case, Document, Envelope
-from attention_core.harness.scope import Misplaced
+from attention_core.harness.reading import fields, yaml_lines
+from attention_core.harness.reading.fields import ID, FieldError
+from attention_core.harness.reading.model import Case, Document, Envelope
+from attention_core.harness.reading.scope import Misplaced, settle
 from attention_core.harness.text import quote, shorten
-from attention_core.harness.yaml_lines import CaseError  # noqa: F401 (re-exported)
+from attention_core.harness.reading.yaml_lines import CaseError  # noqa: F401 (re-exported)
 
 SCHEMA_FILE = "case-file.schema.json"  # beside the case files
 SCHEMA_LINE = f"# yaml-language-server: $schema=./{SCHEMA_FILE}"
@@ -88,7 +88,7 @@ def load_file(path, shown=None, assignment=None):
     are settled against ``assignment`` (default: the built-in one).
     """
     if assignment is None:
-        from attention_core.assignment import default  # noqa: PLC0415 (the assignment reads the harness)
+        from attention_core.harness.reading.assignment import default  # noqa: PLC0415 (the assignment reads the harness)
         assignment = default()
     path = Path(path)
     shown = shown_path(path) if shown is None else shown
@@ -105,7 +105,8 @@ def load_file(path, shown=None, assignment=None):
     except Exception as err:  # noqa: BLE001 (anything else about reading the file is still the file's error)
         problem = CaseError(shown, 1, f"the file could not be read: {type(err).__name__}: {shorten(str(err))}")
         return CaseFile(path, path.stem, None, errors=(problem,), assignment=assignment)
-    context = {"document": envelope.document, "defaults": envelope.defaults, "assignment": assignment}
+    context = {"document": envelope.document, "defaults": envelope.defaults, "assignment": assignment,
+               "settle": settle}
     cases, errors, seen = [], [], set()
     for i, raw in enumerate(envelope.cases):
         at = ("cases", i)

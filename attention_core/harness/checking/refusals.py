@@ -10,7 +10,7 @@ import warnings
 import torch
 
 from attention_core import reference, spec
-from attention_core.harness.expr import MAX_ELEMENTS
+from attention_core.harness.languages.expr import MAX_ELEMENTS
 from attention_core.harness.text import shorten
 
 REFERENCE = {name: getattr(reference, name) for name in spec.NAMES}

@@ -12,9 +12,9 @@ import math
 
 import torch
 
-from attention_core.harness import expr
-from attention_core.harness.fields import MAX_CASE_ELEMENTS, FieldError, parse_expression, spec_function
-from attention_core.harness.model import (CallCheck, DrawInput, ExprCheck, ExprInput, LiteralInput,
+from attention_core.harness.languages import expr
+from attention_core.harness.reading.fields import MAX_CASE_ELEMENTS, FieldError, parse_expression, spec_function
+from attention_core.harness.reading.model import (CallCheck, DrawInput, ExprCheck, ExprInput, LiteralInput,
                                           OracleExpectation, PrintedInput)
 from attention_core.harness.text import first_given, quote, shorten
 
@@ -48,7 +48,7 @@ def settle(case, context):
 
 
 def _default_assignment():
-    from attention_core.assignment import default  # noqa: PLC0415 (the assignment reads the harness's fields)
+    from attention_core.harness.reading.assignment import default  # noqa: PLC0415 (the assignment reads the harness's fields)
     return default()
 
 

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from attention_core.harness.cases import load_folder
+from attention_core.harness.reading.cases import load_folder
 from attention_core.harness.text import escape
 
 

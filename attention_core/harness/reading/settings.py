@@ -3,7 +3,7 @@
 Every key is optional; without the file the defaults below hold (every case visible, one point a
 check, one point a backward check, one point a property, 5 s a call, 60 s a submission, modules in
 ``eval`` mode).
-Validated like case files: a declared model, a JSON Schema (``python -m attention_core.settings``)
+Validated like case files: a declared model, a JSON Schema (``python -m attention_core.harness.reading.settings``)
 and each problem at its file:line:column.
 """
 
@@ -18,8 +18,8 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from attention_core.harness import yaml_lines
-from attention_core.harness.fields import MAX_POINTS, VISIBILITIES
+from attention_core.harness.reading import yaml_lines
+from attention_core.harness.reading.fields import MAX_POINTS, VISIBILITIES
 from attention_core.harness.text import escape, shorten
 
 CALL_TIMEOUT, BUDGET, POINTS, GRADIENT_POINTS, PROPERTY_POINTS = 5.0, 60.0, 1.0, 1.0, 1.0

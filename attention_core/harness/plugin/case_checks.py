@@ -27,9 +27,9 @@ one of two ways, never both:
 
 import pytest
 
-from attention_core.harness import runner
-from attention_core.harness.results import render
-from attention_core.harness.snapshot import TensorSnapshotExtension, snapshot_data, snapshot_name
+from attention_core.harness.checking import runner
+from attention_core.harness.checking.results import render
+from attention_core.harness.plugin.snapshot import TensorSnapshotExtension, snapshot_data, snapshot_name
 
 
 def test_case(case_check, device, snapshot, case_snapshots, case_functions, request):

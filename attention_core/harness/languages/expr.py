@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attention_core.harness.expr_builtins import (
+from attention_core.harness.languages.expr_builtins import (
     BUILTINS, CONSTANTS, CREATION, MAX_MULTIPLY_ADDS, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES,
     Budget, Refused, check_to, created_elements, index_bound, matmul, multiply_adds, power, quick_bound, size_on_meta)
-from attention_core.harness.expr_tree import attr_column, called_name, makes_instance, node_column, segment  # noqa: F401
-from attention_core.harness.expr_tree import column as source_column
+from attention_core.harness.languages.expr_tree import attr_column, called_name, makes_instance, node_column, segment  # noqa: F401
+from attention_core.harness.languages.expr_tree import column as source_column
 from attention_core.harness.text import read_float
 
 __all__ = ["ExprError", "Expr", "Budget", "parse", "BUILTINS", "CONSTANTS", "TENSOR_METHODS", "TENSOR_PROPERTIES"]

@@ -1,7 +1,7 @@
 """The declared model of a case file: one class per kind of input, check and expectation.
 
 The same classes validate a file (pydantic), give its JSON Schema (``python -m
-attention_core.harness.model > cases/case-file.schema.json``) and are what the runtime reads:
+attention_core.harness.reading.model > cases/case-file.schema.json``) and are what the runtime reads:
 an input is a :class:`LiteralInput`, :class:`NumberInput`, :class:`PrintedInput`, a
 :class:`DrawInput` (one class per draw), an :class:`ExprInput` or a :class:`TokenIdsInput`;
 an expectation a :class:`PrintedExpectation`, :class:`ValuesExpectation`,
@@ -18,13 +18,13 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from attention_core.harness import draws
-from attention_core.harness.fields import (NUMBERS_SCHEMA, VISIBILITIES, CompletePrinted, DType, Draw,
+from attention_core.harness.languages import draws
+from attention_core.harness.reading.fields import (NUMBERS_SCHEMA, VISIBILITIES, CompletePrinted, DType, Draw,
                                            Expression, FieldError, Flag, FloatDType, GradedExpression, Id, Name,
                                            NonNegative, Number, Numbers, Points, Seed, Shape, Text, parse_printed,
                                            spec_function)
-from attention_core.harness.node import Node, ShortForms, union
-from attention_core.harness.tensor_text import looks_like_size
+from attention_core.harness.reading.node import Node, ShortForms, union
+from attention_core.harness.languages.tensor_text import looks_like_size
 from attention_core.harness.text import shorten
 
 Visibility = Literal[VISIBILITIES]
@@ -443,8 +443,9 @@ class Case(Node):
 
     @classmethod
     def _settle(cls, made, context):
-        from attention_core.harness.scope import settle  # noqa: PLC0415 (scope reads these classes)
-        return settle(made, context)
+        """The loader's ``settle`` (:func:`scope.settle`, given in the validation's context), where it gives one."""
+        settle = context.get("settle")
+        return made if settle is None else settle(made, context)
 
 
 class CaseFileModel(Node):

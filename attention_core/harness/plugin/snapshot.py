@@ -23,8 +23,8 @@ import struct
 import torch
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from attention_core.harness import compare, tolerance
-from attention_core.harness.model import ShapeExpectation
+from attention_core.harness.checking import compare, tolerance
+from attention_core.harness.reading.model import ShapeExpectation
 
 FULL_LIMIT = 4096
 SAMPLE = 256

@@ -16,8 +16,8 @@ import torch
 from pydantic import BeforeValidator, StrictBool, WithJsonSchema
 
 from attention_core import spec
-from attention_core.harness import draws, expr
-from attention_core.harness.tensor_text import TensorTextError, parse_size, parse_tensor
+from attention_core.harness.languages import draws, expr
+from attention_core.harness.languages.tensor_text import TensorTextError, parse_size, parse_tensor
 from attention_core.harness.text import quote, shorten
 
 SPEC_FUNCTIONS = spec.GRADED

@@ -8,10 +8,10 @@ moved to the device.
 
 import torch
 
-from attention_core.harness import draws
-from attention_core.harness.expr import Budget
-from attention_core.harness.fields import MAX_CASE_ELEMENTS
-from attention_core.harness.model import DrawInput, ExprInput, LiteralInput, NumberInput, PrintedInput, TokenIdsInput
+from attention_core.harness.languages import draws
+from attention_core.harness.languages.expr import Budget
+from attention_core.harness.reading.fields import MAX_CASE_ELEMENTS
+from attention_core.harness.reading.model import DrawInput, ExprInput, LiteralInput, NumberInput, PrintedInput, TokenIdsInput
 
 
 class InputError(ValueError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_core.harness import tolerance
+from attention_core.harness.checking import tolerance
 
 MAX_TABLE_ROWS = 8
 BLOCK = 1 << 16  # elements of a block in an element-wise test (float64 temporaries of 512 KiB: in cache)

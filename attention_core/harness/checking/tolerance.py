@@ -117,7 +117,7 @@ def printed_allowance(printed, dtype, extra=None, noise=None):
     """The allowed absolute difference for each element shown in ``printed``.
 
     Args:
-        printed: a :class:`~attention_core.harness.tensor_text.PrintedTensor`.
+        printed: a :class:`~attention_core.harness.languages.tensor_text.PrintedTensor`.
         dtype: the dtype the checked value was computed in (sets the noise floor).
         extra: a float64 tensor of shape ``(N,)`` (or a number) added on top: the
             propagated rounding of printed inputs, and a case's rtol/atol.

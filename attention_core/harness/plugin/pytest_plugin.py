@@ -13,19 +13,19 @@ repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itse
 """
 
 import os
-import tempfile
+from importlib.metadata import entry_points
 from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 import torch
 
-from attention_core.harness import runner
-from attention_core.harness.devices import DEVICES, covered, skip_reason
+from attention_core.harness.checking import runner
+from attention_core.harness.checking.devices import DEVICES, covered, skip_reason
 
 # The module holding test_case. Marked before anything imports it: its snapshot assert,
 # rewritten, fails with syrupy's diff.
-CASE_CHECKS_MODULE = "attention_core.harness.case_checks"
+CASE_CHECKS_MODULE = "attention_core.harness.plugin.case_checks"
 pytest.register_assert_rewrite(CASE_CHECKS_MODULE)
 CASE_CHECKS = Path(__file__).with_name("case_checks.py").resolve()
 # The name of the test module that holds a project's case checks, as syrupy ties a snapshot
@@ -89,7 +89,7 @@ def _assignment(config):
         if folder is None:
             config.stash[_ASSIGNMENT] = None
         else:
-            from attention_core import assignment  # noqa: PLC0415
+            from attention_core.harness.reading import assignment  # noqa: PLC0415
             config.stash[_ASSIGNMENT] = assignment.load(folder, need_reference=False)
     return config.stash[_ASSIGNMENT]
 
@@ -149,31 +149,29 @@ def case_snapshots(request):
 def case_functions(request):
     """The spec functions the case checks call: None for the reference core, or a submission's (``--impl``).
 
-    A submission is imported and called in a separate process (``attention_core.grading``).
+    A submission is imported and called in a separate process (see :func:`_implementations`).
     """
     impl = request.config.getoption("--impl")
     if impl is None:
         yield None
         return
-    from attention_core import assignment  # noqa: PLC0415
-    from attention_core.grading import client, notebooks, replies  # noqa: PLC0415 (loaded only when asked)
-    from attention_core.grading.remote import RemoteFunctions  # noqa: PLC0415
+    from attention_core.harness.reading import assignment  # noqa: PLC0415
     chosen = _assignment(request.config) or assignment.default()
-    with client.Worker(names=chosen.names, budget=chosen.settings.budget) as worker, \
-            tempfile.TemporaryDirectory(prefix="attention-impl-") as scratch:
-        path = Path(impl)
-        if notebooks.is_notebook(path):
-            try:
-                path = notebooks.write_module(path, scratch)
-            except notebooks.NotebookError as err:
-                pytest.fail(f"--impl {impl}: {err}", pytrace=False)
-        submission = worker.open(path)
-        try:
-            if submission.status != replies.OK:
-                pytest.fail(f"--impl {impl} could not be imported: {submission.message}", pytrace=False)
-            yield RemoteFunctions(submission, chosen.settings.call_timeout)
-        finally:
-            submission.close()
+    try:
+        with _implementations()(Path(impl), chosen) as functions:
+            yield functions
+    except ValueError as err:
+        pytest.fail(f"--impl {impl}: {err}", pytrace=False)
+
+
+def _implementations():
+    """The installed way to run an implementation out of process: the ``process`` entry point of the
+    ``attention_core.implementations`` group (the grading package's, see pyproject.toml)."""
+    found = entry_points(group="attention_core.implementations", name="process")
+    if not found:
+        pytest.fail("--impl needs the attention_core.implementations entry point 'process', which this install "
+                    "lacks: reinstall the package (pip install -e .)", pytrace=False)
+    return next(iter(found)).load()
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -1,0 +1,1 @@
+"""The expression and printed-tensor languages of case files: `expr` strings, the tensors a notebook prints, seeded draws."""

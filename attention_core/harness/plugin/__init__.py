@@ -1,0 +1,1 @@
+"""The pytest glue: options, the case checks as test items, and the syrupy snapshot extension."""
