@@ -133,10 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cases {folder}: no such folder")
     if args.command == "grade":
         from attention_core.grading.batch import grade_command  # noqa: PLC0415
+        from attention_core.grading.options import GradingOptions  # noqa: PLC0415
+        options = GradingOptions(call_timeout=args.timeout, budget=args.budget, gradient_points=args.gradient_points,
+                                 property_points=args.property_points)
         return grade_command(args.submissions, args.out, assignment=getattr(args, "assignment", None),
-                             cases=getattr(args, "cases", None), jobs=args.jobs, call_timeout=args.timeout,
-                             budget=args.budget, gradient_points=args.gradient_points,
-                             property_points=args.property_points, regrade=args.regrade, roster=args.roster)
+                             cases=getattr(args, "cases", None), jobs=args.jobs, options=options,
+                             regrade=args.regrade, roster=args.roster)
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])

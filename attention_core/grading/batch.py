@@ -28,6 +28,7 @@ from attention_core.grading import gradescope, ids, lms, records
 from attention_core.grading.properties.model import is_property
 from attention_core.harness.reading.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning
+from attention_core.grading.options import GradingOptions
 from attention_core.harness.text import escape, is_terminal, points
 from attention_core.report.figures import Drawings
 from attention_core.report.class_page import class_page
@@ -38,10 +39,10 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
 def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = None, cases: Path | None = None,
-                  jobs: int = 1, call_timeout: float | None = None, budget: float | None = None,
-                  gradient_points: float | None = None, property_points: float | None = None, regrade: bool = False,
+                  jobs: int = 1, options: GradingOptions | None = None, regrade: bool = False,
                   roster: Path | None = None, stream: TextIO | None = None, report: TextIO | None = None) -> int:
-    """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one);
+    """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one)
+    with ``options`` (time limits and points over the assignment's settings);
     print one line per submission (to ``report``, stdout by default: the score table a teacher may redirect),
     the progress bar and warnings to ``stream`` (stderr). Exit 0 whenever grading completed; 2 when there is
     nothing to grade with (no graded check loads)."""
@@ -79,17 +80,16 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
     paths = list(firsts.values())
     paths, owned, shown = lms.gathered(paths, out / lms.GATHERED)  # a platform's files of one student: one submission
     return _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases,
-                         dict(assignment=assignment, call_timeout=call_timeout, budget=budget,
-                              gradient_points=gradient_points, property_points=property_points))
+                         assignment, options or GradingOptions())
 
 
-def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, options):
+def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, assignment,
+                  options):
     names = ids.submission_ids(paths, shown)
     owners = {name: owned.get(path) for path, name in zip(paths, names)}
-    assignment = options["assignment"]
-    options = dict(options)
     out.mkdir(parents=True, exist_ok=True)
-    key = records.batch_key(chosen, {**options, "assignment": str(assignment), "cases": str(cases)})
+    key = records.batch_key(chosen, {**options.as_dict(), "assignment": str(assignment), "cases": str(cases)})
+    made = dict(assignment=assignment, options=options)  # what each grader is made with
     digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}
     kept = {} if regrade else {name: _kept(ids.folder_of(out, name), name, digests[name]) for name in names}
     todo = [(path, name) for path, name in zip(paths, names) if kept.get(name) is None]
@@ -108,10 +108,10 @@ def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jo
             with tqdm(total=len(todo), desc="grading", unit="submission", file=stream,
                       disable=len(todo) < 2 or not is_terminal(stream)) as bar:  # a bar, with the time left: a TTY's
                 if jobs > 1 and len(todo) > 1:
-                    _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, options,
+                    _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, made,
                                   min(jobs, len(todo)), bar, finished)
                 elif todo:
-                    with Grader(cases, **options) as grader:
+                    with Grader(cases, **made) as grader:
                         _freeze()  # this may be the caller's own process: undone below, and malloc left alone
                         try:
                             for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
@@ -315,7 +315,7 @@ def _settled():
 # ---- grader processes ----------------------------------------------------------------------------
 
 
-def _grader_process(cases, options, out, first, tasks, done):
+def _grader_process(cases, made, out, first, tasks, done):
     """A grader process: its own Grader (and worker server), grading the task ``first`` ((index, path,
     name)), then what it takes from ``tasks`` (None at the end), and sending ``(index, Scores, None)``
     to ``done``, or ``(None, None, traceback)`` should grading itself fail."""
@@ -331,7 +331,7 @@ def _grader_process(cases, options, out, first, tasks, done):
             task = tasks.get()
 
     try:
-        with Grader(cases, **options) as grader:
+        with Grader(cases, **made) as grader:
             _settled()
             for graded in grader.grade_each(paths()):
                 index, _, name = taken.popleft()
@@ -346,7 +346,7 @@ def _end_quietly(*_):
     sys.exit(1)
 
 
-def _in_processes(paths, names, out, cases, options, jobs, bar, on_graded):
+def _in_processes(paths, names, out, cases, made, jobs, bar, on_graded):
     # Spawned, not forked: a fork after torch ran parallel work can deadlock. Each process is given its
     # first submission (one reading ahead must not take the next process's first), then they share
     # one queue of the rest, so a slow submission holds up only its own process.
@@ -355,7 +355,7 @@ def _in_processes(paths, names, out, cases, options, jobs, bar, on_graded):
     every = [(index, path, name) for index, (path, name) in enumerate(zip(paths, names))]
     for task in every[jobs:] + [None] * jobs:
         tasks.put(task)
-    processes = [context.Process(target=_grader_process, args=(cases, options, out, first, tasks, done))
+    processes = [context.Process(target=_grader_process, args=(cases, made, out, first, tasks, done))
                  for first in every[:jobs]]
     for process in processes:
         process.start()

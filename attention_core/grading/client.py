@@ -29,6 +29,7 @@ from attention_core import spec
 from attention_core.grading import plan, wire
 from attention_core.grading.replies import CRASHED, OK, CallOutcome, WorkerError, checked_outcome, decoded
 from attention_core.grading.submission import Submission
+from attention_core.harness.reading.settings import BUDGET
 
 __all__ = ["Submission", "Worker", "WorkerError", "site_dirs"]
 
@@ -51,7 +52,7 @@ def site_dirs():
 class Worker:
     """One grading server. A context manager; ``close()`` kills the server and every child."""
 
-    def __init__(self, *, memory_limit=4 << 30, budget=60.0, import_timeout=10.0, output_limit=10_000,
+    def __init__(self, *, memory_limit=4 << 30, budget=BUDGET, import_timeout=10.0, output_limit=10_000,
                  reply_limit=256 << 20, sandbox=True, namespaces=True, names=spec.NAMES):
         self.names = tuple(names)  # what a submission may be asked for: the assignment's graded names
         self.memory_limit, self.budget, self.import_timeout = memory_limit, budget, import_timeout

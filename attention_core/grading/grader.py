@@ -23,6 +23,7 @@ from attention_core.grading import archives, client, feedback, generated, notebo
 from attention_core.grading.backward import BackwardChecks
 from attention_core.grading.diagnose import Diagnoser, calls_of
 from attention_core.grading.grades import Grade, SubmissionGrade  # noqa: F401 (where the grader's callers find them)
+from attention_core.grading.options import GradingOptions
 from attention_core.grading.property_grades import PropertyGrades
 from attention_core.grading.remote import RemoteFunctions
 from attention_core.harness.checking import runner, torch_route
@@ -58,17 +59,15 @@ class Grader(BackwardChecks, PropertyGrades):
     folder of case files for it. A time limit or gradient points given here win over the assignment's.
     """
 
-    def __init__(self, cases=None, *, assignment=None, call_timeout=None, budget=None, gradient_points=None,
-                 property_points=None):
+    def __init__(self, cases=None, *, assignment=None, options: GradingOptions | None = None, **given):
+        """``options`` (or its fields given one by one: ``call_timeout=2``) over the assignment's settings."""
         self.assignment = assignment = assignments.resolve(assignment, cases)
-        settings = assignment.settings
+        self.options = decided = (options or GradingOptions(**given)).over(assignment.settings)
         folder = Path(assignment.cases)
         self._locations = runner.locations_relative_to(folder.resolve().parent)  # not the grader's own folders
         self.items = [i for i in runner.collect(folder, assignment) if i.error is not None or i.check.kind == "call"]
-        self.call_timeout = settings.call_timeout if call_timeout is None else call_timeout
-        self.budget = settings.budget if budget is None else budget
-        self.gradient_points = settings.gradient_points if gradient_points is None else gradient_points
-        self.property_points = settings.property_points if property_points is None else property_points
+        self.call_timeout, self.budget = decided.call_timeout, decided.budget
+        self.gradient_points, self.property_points = decided.gradient_points, decided.property_points
         self._probes = None  # the assignment's properties (made on first use: the reference is run for them)
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         # The mutant library names mistakes of the built-in spec's functions only.
@@ -80,12 +79,13 @@ class Grader(BackwardChecks, PropertyGrades):
                                                   reference_functions=assignment.functions)
         self._route = torch_route.FUNCTIONS if assignment.builtin else assignment.functions
         self._worker = None
-        self._golden_grads = {}
-        self._call_texts = {}  # check -> the call as the student's function sees it
-        self._judged = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
+        self._golden_grads: dict = {}
+        self._call_texts: dict = {}  # check -> the call as the student's function sees it
+        self._judged: dict = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
         self._reads = {i: _read_results(i.check) for i in self.items if i.error is None}  # the results each reads
-        self._differentiable, self._sliced = {}, {}  # per check, for the batch: see their uses
-        self._bounds = {}  # check -> the most bytes its reply may have (see _reply_bound)
+        self._differentiable: dict = {}
+        self._sliced: dict = {}  # per check, for the batch: see their uses
+        self._bounds: dict = {}  # check -> the most bytes its reply may have (see _reply_bound)
         self._threads = None
 
     def __enter__(self):

@@ -17,6 +17,7 @@ import time
 
 from attention_core.grading import plan, timing, wire
 from attention_core.grading.channel import WAITED, Channel
+from attention_core.harness.reading.settings import CALL_TIMEOUT
 from attention_core.grading.replies import (
     CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, TIMEOUT, CallOutcome, WorkerError, check_hello, checked_outcome,
     decoded)
@@ -73,7 +74,7 @@ class Submission:
     def __exit__(self, *exc):
         self.close()
 
-    def call(self, name, args=(), kwargs=None, *, timeout=5.0, keep=None, reuse=None, limit=None):
+    def call(self, name, args=(), kwargs=None, *, timeout=CALL_TIMEOUT, keep=None, reuse=None, limit=None):
         """Call the submission's ``name(*args, **kwargs)`` in its process.
 
         ``keep``: for a tuple result, the positions to send back in full; the others come back
@@ -85,7 +86,7 @@ class Submission:
         """
         return self._call(name, args, kwargs or {}, timeout, None, keep, reuse, limit)
 
-    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=5.0, keep=None, reuse=None,
+    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=CALL_TIMEOUT, keep=None, reuse=None,
                   limit=None):
         """Call ``name`` with every floating tensor argument requiring grad; backpropagate a projection.
 
@@ -94,7 +95,7 @@ class Submission:
         """
         return self._call(name, args, kwargs or {}, timeout, int(projection_seed), keep, reuse, limit)
 
-    def call_all(self, calls, *, timeout=5.0, reuse=None, limit=None):
+    def call_all(self, calls, *, timeout=CALL_TIMEOUT, reuse=None, limit=None):
         """Make ``calls`` ((name, args, kwargs) each) one after another in one round trip: their CallOutcomes in
         order. ``timeout`` holds for them all; where the process timed out or died, every call not answered
         has that outcome. ``reuse``: as for :meth:`call` (the request is encoded once per worker)."""
