@@ -147,7 +147,7 @@ cases:
       b: {expr: "ones(1200, 1200) / 1200"}
     checks:
 """ + "".join(f"""      - id: c{i}
-        expr: "((b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b)).sum()"
+        expr: "((b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b)).sum()"
         expect:
           out: 16.0
 """ for i in range(40))
@@ -157,12 +157,12 @@ def test_a_file_cheap_to_write_and_slow_to_run_runs_out_of_its_time_budget_while
     import shutil  # noqa: PLC0415
     (tmp_path / "slow.yaml").write_text(SLOW, encoding="utf-8")
     shutil.copy(runner.default_cases_folder() / "001_self_attention.yaml", tmp_path)
-    env = dict(os.environ, ATTENTION_CORE_CASE_SECONDS="0.5", ATTENTION_CORE_FILE_SECONDS="2")
+    env = dict(os.environ, ATTENTION_CORE_CASE_SECONDS="0.25", ATTENTION_CORE_FILE_SECONDS="1")
     run = subprocess.run([sys.executable, "-m", "attention_core", "check", "--cases", str(tmp_path), "--device", "cpu"],
                          capture_output=True, text=True, timeout=120, env=env)
     out = run.stdout + run.stderr
     assert run.returncode == 1, out
     assert re.search(r"001_self_attention .* 13 +0 +0 +0", out), out  # the neighbour ran, every check passed
-    assert "ran out of its time budget of 0.5 s" in out  # one check: its own budget
-    assert "not run: the case file ran out of its time budget of 2 s" in out  # the rest of the file: not run
+    assert "ran out of its time budget of 0.25 s" in out  # one check: its own budget
+    assert "not run: the case file ran out of its time budget of 1 s" in out  # the rest of the file: not run
     assert re.search(r"slow\.yaml:\d+: slow/chain/c39", out)  # named at its file and line
