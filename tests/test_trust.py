@@ -147,7 +147,7 @@ cases:
       b: {expr: "ones(1200, 1200) / 1200"}
     checks:
 """ + "".join(f"""      - id: c{i}
-        expr: "((b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b) + (b @ b)).sum()"
+        expr: "(b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b).sum()"
         expect:
           out: 16.0
 """ for i in range(40))
