@@ -9,11 +9,13 @@ first 18 mutants, the reference, the correct styles of tests/implementations.py,
 template and one that fails at import. Gradient checks are on.
 
 ``--scale N`` grades N submissions (the 25, copied round) as one course batch instead, once, and prints its
-wall (goal for 300 on 2 cores: under 60 s), the size of --out, and the largest resident memory of any one
-process of the batch (the grader processes, their worker servers and submissions).
+wall (goal for 300 on 2 cores: under 60 s), the size of --out, the largest resident memory of any one
+process of the batch (the grader processes, their worker servers and submissions), and the peak of the
+grader processes' memory together (flat in N: run it with two N to compare).
 """
 
 import argparse
+import os
 import inspect
 import statistics
 import subprocess
@@ -48,13 +50,36 @@ def submissions(folder):
     return paths
 
 
-def wall(paths, out, jobs, extra=()):
+def wall(paths, out, jobs, extra=(), memory=None):
+    """The batch's wall; with ``memory`` (a list), the peak of its grader processes' resident memory together
+    (sampled every 0.2 s; not their worker servers', not the submissions') is appended to it."""
     start = time.perf_counter()
     # --regrade: every run grades every submission (an unchanged one would otherwise be skipped by its record)
-    subprocess.run([sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out), "--jobs", str(jobs),
-                    "--regrade", *extra],
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    batch = subprocess.Popen([sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out),
+                              "--jobs", str(jobs), "--regrade", *extra],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while batch.poll() is None:
+        if memory is not None:
+            peak = max(peak, _grader_memory())
+        time.sleep(0.2)
+    if batch.returncode:
+        raise subprocess.CalledProcessError(batch.returncode, batch.args)
+    if memory is not None:
+        memory.append(peak)
     return time.perf_counter() - start
+
+
+def _grader_memory():
+    """The resident bytes of the processes running ``attention_core grade`` (the batch and its graders)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            if b"attention_core\0grade\0" in (entry / "cmdline").read_bytes():
+                total += int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
 
 def main():
@@ -106,11 +131,13 @@ def scale(count, jobs):
             path = scratch / "course" / f"s{i:04d}.py"
             shutil.copyfile(base[i % len(base)], path)
             paths.append(str(path))
-        seconds = wall(paths, scratch / "out", jobs)
+        memory: list = []
+        seconds = wall(paths, scratch / "out", jobs, memory=memory)
         size = sum(f.stat().st_size for f in (scratch / "out").rglob("*") if f.is_file())
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"{count} submissions: {seconds:.1f} s with --jobs {jobs} ({count / seconds:.1f} submissions/s, start-up "
-          f"included); --out {size / 2**20:.1f} MiB; the largest process of the batch {peak:.0f} MiB resident")
+          f"included); --out {size / 2**20:.1f} MiB; the largest process of the batch {peak:.0f} MiB resident; the "
+          f"grader processes together at most {memory[0] / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":
