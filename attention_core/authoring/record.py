@@ -1,7 +1,7 @@
 """``record``: fill the expectations a case file leaves empty, by a route independent of the reference core.
 
 An expectation written with no value (``out:``) is computed on the case's inputs in float64
-by torch's own functions (``harness/torch_route.py`` for a spec function; an ``expr`` check is
+by torch's own functions (``harness/checking/torch_route.py`` for a spec function; an ``expr`` check is
 torch arithmetic already), cast to the case's dtype and written as torch prints it, as a
 notebook shows it. Where that route fails, the reference core computes it in the case's
 dtype, and the mark says so. Each recorded expectation carries ``recorded: <how>`` until its

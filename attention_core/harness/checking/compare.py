@@ -2,7 +2,7 @@
 
 A comparison runs in stages and stops at the first that fails: type, shape, dtype, device,
 values. Values are compared element by element against an allowed absolute difference that
-``harness/tolerance.py`` sets (every allowance rule lives there).
+``harness/checking/tolerance.py`` sets (every allowance rule lives there).
 """
 
 import math

@@ -5,7 +5,7 @@ The same function serves pytest, the command line and grading; each renders the
 implementation for the called function only: its arguments are evaluated on the harness side
 with the reference core, so a mistake is charged to the function that makes it. Besides the
 implementation under test, the reference core is run on the CPU to measure a check's numerics
-(see ``harness/tolerance.py``).
+(see ``harness/checking/tolerance.py``).
 """
 
 import os
