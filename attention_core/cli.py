@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION",
                        help="a student's .py file, .ipynb notebook, or folder (one or many)")
     grade.add_argument("--out", type=Path, required=True, metavar="DIR",
-                       help="write DIR/<name>/results.json (Gradescope's format) and DIR/gradebook.csv")
+                       help="write DIR/submissions/<id>/results.json (Gradescope's format; <id>: the submission's "
+                            "path) and DIR/gradebook.csv")
     grade.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
     grade.add_argument("--regrade", action="store_true",
                        help="grade every submission again, also those whose record in --out shows them unchanged")

@@ -2,7 +2,7 @@
 
 A gradient is held to the float64 route's within the dtype's default widened by GRADIENT_K times the
 larger of the route's own rounding and its change under a relative ±eps move of the inputs
-(``harness/tolerance.py``). Correct styles whose rounding differs from the route's (softmax through
+(``harness/checking/tolerance.py``). Correct styles whose rounding differs from the route's (softmax through
 ``logsumexp``, through ``log_softmax``, in float64 then cast back) keep every backward point; a
 gradient-only mistake still loses them.
 """

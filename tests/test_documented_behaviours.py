@@ -46,6 +46,8 @@ def test_a_submission_s_id_is_its_path_from_the_working_folder_and_no_two_ids_sh
         "subs/s.py", "subs/s.ipynb"]
     assert ids.submission_ids([tmp_path.parent / "elsewhere.py"], cwd=tmp_path) == [str(tmp_path.parent / "elsewhere")]
     assert ids.submission_ids([Path("ev\x1bil.py")], cwd=tmp_path) == ["ev\\x1bil"]  # printable
+    assert ids.submission_ids([Path("//x/a.py"), Path("s.PY")], cwd=tmp_path) == ["/x/a", "s"]
+    assert ids.same_file_key("//x/a.py") == ids.same_file_key("/x/./a.py")  # one file, graded once
     taken = ["a", "a/results.json", "%a", "results.json", "/a", "%root/a", "x" * 300, "b/" + "y" * 300]
     folders = [ids.folder_of(tmp_path, t) for t in taken]
     assert len(set(folders)) == len(folders)

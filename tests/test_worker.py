@@ -762,3 +762,25 @@ def causal_average(x):
     if "limits" not in neighbour.start().protections["held"]:
         pytest.skip(f"the limits are not in force here: {neighbour.protections['missing']}")
     assert neighbour.call("causal_average", (torch.ones(1),)).value.tolist() == [100.0]
+
+
+def test_a_call_sent_ahead_is_held_to_its_cpu_time_whatever_the_grader_does_meanwhile(submit):
+    s = submit("""
+        import time
+        import torch
+
+        def softmax(x, dim=-1):
+            start = time.process_time()
+            while time.process_time() - start < float(x[0]):  # x[0] seconds of CPU time
+                pass
+            return x
+
+        def causal_average(x):
+            return x
+    """)
+    for cpu, busy, status in ((0.7, 0.9, "timeout"), (0.1, 1.5, "ok")):
+        s.ahead("softmax", (torch.tensor([cpu]),))
+        assert s.call("causal_average", (torch.ones(1),), timeout=0.5).status == "ok"  # sends softmax's call
+        time.sleep(busy)  # the grader judges for longer than the call computes
+        outcome = s.call("softmax", (torch.tensor([cpu]),), timeout=0.5)
+        assert outcome.status == status, (cpu, busy, outcome.message)

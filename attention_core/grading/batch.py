@@ -76,11 +76,14 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
               file=stream)
     firsts: dict[str, Path] = {}
     for path in paths:  # a path given twice (``a.py ./a.py``) is one submission
-        firsts.setdefault(os.path.normpath(os.path.abspath(path)), Path(path))
-    paths = list(firsts.values())
-    paths, owned, shown = lms.gathered(paths, out / lms.GATHERED)  # a platform's files of one student: one submission
-    return _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases,
-                         assignment, options or GradingOptions())
+        firsts.setdefault(ids.same_file_key(path), Path(path))
+    with _locked(out, stream) as free, _interruptible():  # before anything is written into --out
+        if not free:
+            return 2
+        # A platform's files of one student: one submission, gathered into --out.
+        paths, owned, shown = lms.gathered(list(firsts.values()), out / lms.GATHERED)
+        return _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases,
+                             assignment, options or GradingOptions())
 
 
 def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, assignment,
@@ -100,37 +103,34 @@ def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jo
         records.write(ids.folder_of(out, one.name), digests[one.name], one, sources[one.name])
         graded_now[one.name] = one
 
-    interrupted = None
-    with _locked(out, stream) as free, _interruptible():
-        if not free:
-            return 2
-        try:
-            with tqdm(total=len(todo), desc="grading", unit="submission", file=stream,
-                      disable=len(todo) < 2 or not is_terminal(stream)) as bar:  # a bar, with the time left: a TTY's
-                if jobs > 1 and len(todo) > 1:
-                    _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, made,
-                                  min(jobs, len(todo)), bar, finished)
-                elif todo:
-                    with Grader(cases, **made) as grader:
-                        _freeze()  # this may be the caller's own process: undone below, and malloc left alone
-                        try:
-                            for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
-                                finished(_write(graded, name, out))
-                                bar.update()
-                        finally:
-                            gc.unfreeze()
-        except KeyboardInterrupt as stop:  # ^C, or SIGTERM (see _interruptible): what finished is kept
-            interrupted = str(stop) or "interrupted"
-            print(f"{interrupted}: graded {len(graded_now)}, {len(todo) - len(graded_now)} not graded; the same "
-                  f"command grades the rest (what was graded is not graded again)", file=stream)
-            names = [name for name in names if name in graded_now or kept.get(name) is not None]
-            if not names:
-                return 130
-        scores = [graded_now.get(name) or kept[name] for name in names]
-        code = _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0)
-        if students is not None:
-            lms.write_roster_files(students, scores, owners, chosen.name, out, report)
-        return code
+    interrupted = None  # (the lock is held: see grade_command)
+    try:
+        with tqdm(total=len(todo), desc="grading", unit="submission", file=stream,
+                  disable=len(todo) < 2 or not is_terminal(stream)) as bar:  # a bar, with the time left: a TTY's
+            if jobs > 1 and len(todo) > 1:
+                _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, made,
+                              min(jobs, len(todo)), bar, finished)
+            elif todo:
+                with Grader(cases, **made) as grader:
+                    _freeze()  # this may be the caller's own process: undone below, and malloc left alone
+                    try:
+                        for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
+                            finished(_write(graded, name, out))
+                            bar.update()
+                    finally:
+                        gc.unfreeze()
+    except KeyboardInterrupt as stop:  # ^C, or SIGTERM (see _interruptible): what finished is kept
+        interrupted = str(stop) or "interrupted"
+        print(f"{interrupted}: graded {len(graded_now)}, {len(todo) - len(graded_now)} not graded; the same "
+              f"command grades the rest (what was graded is not graded again)", file=stream)
+        names = [name for name in names if name in graded_now or kept.get(name) is not None]
+        if not names:
+            return 130
+    scores = [graded_now.get(name) or kept[name] for name in names]
+    code = _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0)
+    if students is not None:
+        lms.write_roster_files(students, scores, owners, chosen.name, out, report)
+    return code
 
 
 def _summarise(scores, names, graded_now, out, stream, report, code):

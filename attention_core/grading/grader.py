@@ -62,6 +62,8 @@ class Grader(BackwardChecks, PropertyGrades):
     def __init__(self, cases=None, *, assignment=None, options: GradingOptions | None = None, **given):
         """``options`` (or its fields given one by one: ``call_timeout=2``) over the assignment's settings."""
         self.assignment = assignment = assignments.resolve(assignment, cases)
+        if options is not None and given:
+            raise TypeError(f"Grader takes options or {', '.join(given)}, not both")
         self.options = decided = (options or GradingOptions(**given)).over(assignment.settings)
         folder = Path(assignment.cases)
         self._locations = runner.locations_relative_to(folder.resolve().parent)  # not the grader's own folders

@@ -64,9 +64,23 @@ def _folder_name(part):
     return "%" + part if part.startswith("%") or part in OWN_FILES else part
 
 
+def normalised(path):
+    """``path`` absolute and normalised, links not followed (POSIX keeps a leading ``//``: not here)."""
+    absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
+    return "/" + absolute.lstrip("/") if absolute.startswith("//") else absolute
+
+
+def same_file_key(path):
+    """What two spellings of one submission share (``a.py``, ``./a.py``, ``$PWD/a.py`` under a linked working
+    folder): its folder's real path and its own name (the submission itself is never followed: a link is
+    a submission of its own)."""
+    absolute = normalised(path)
+    return os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
+
+
 def _relative(path, cwd):
     """``path`` normalised (links not followed): relative to ``cwd``, or absolute where it lies outside."""
-    absolute = os.path.normpath(os.path.join(cwd, os.fspath(path)))
+    absolute = normalised(os.path.join(cwd, os.fspath(path)))
     relative = os.path.relpath(absolute, cwd)
     if relative == "." or relative == ".." or relative.startswith("../"):
         return absolute
@@ -82,7 +96,7 @@ def _without_extension(path, text):
     """``text`` without its extension (``.py``, ``.ipynb``, ``.zip``: what a submission's kind is read from),
     where one is there and what is left is a name that is not dots only."""
     path = Path(path)
-    if not (path.suffix == ".py" or notebooks.is_notebook(path) or archives.is_zip(path)):
+    if not (path.suffix.lower() == ".py" or notebooks.is_notebook(path) or archives.is_zip(path)):
         return text
     head, _, last = text.rpartition("/")
     stem = last[:-len(path.suffix)] if path.suffix and last.endswith(path.suffix) else last

@@ -1,6 +1,6 @@
 """A graded submission's record in ``--out``: what it scored, and the hash of what it was graded from.
 
-``OUT/<name>/record.json`` is written (atomically) once a submission's results are. It holds a hash of the
+``OUT/submissions/<id>/record.json`` (see :mod:`ids`) is written (atomically) once a submission's results are. It holds a hash of the
 submission's own bytes, the assignment (its reference, settings and case files), the grading options and
 this package's code: grading the same command again skips a submission whose record matches (unchanged),
 and grades one that changed. The gradebook and the class summary are rebuilt from the records' scores.
@@ -64,14 +64,6 @@ def write(folder, digest, scores, source):
     partial = folder / (RECORD + ".partial")
     partial.write_text(json.dumps(record), encoding="utf-8")
     partial.replace(folder / RECORD)
-
-
-def source_of(folder):
-    """The submission whose record ``folder`` holds (its absolute path), or None where there is none."""
-    try:
-        return json.loads((folder / RECORD).read_text(encoding="utf-8")).get("source")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def read(folder, digest):

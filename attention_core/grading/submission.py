@@ -118,11 +118,9 @@ class Submission:
         if self._pid is None:
             self._spawn()
         if not self._ready:
-            hello, _, problem = self._hello(min(self._worker.import_timeout, self.budget_left))
-            if hello is None or hello["status"] != OK:
-                self._end()
-                return [CallOutcome(CRASHED, message=f"the submission did not import again: {problem or ''}")] * \
-                    len(calls)
+            failed = self._import_again()
+            if failed is not None:
+                return [failed] * len(calls)
         self._limits[data] = limit
         outcome = self._finish(data, time.monotonic(), memoryview(data), timeout, ahead=False)
         if outcome.status != OK:
@@ -188,16 +186,23 @@ class Submission:
         if self._pid is None:
             self._spawn()
         if not self._ready:  # a replacement still importing: its own time limit, not the call's
-            start = time.monotonic()
-            hello, _, problem = self._hello(min(self._worker.import_timeout, self.budget_left))
-            if hello is None or hello["status"] != OK:
-                self._end()
-                why = problem if hello is None else hello["message"]
-                return self._spend(start, CallOutcome(CRASHED, message=f"the submission did not import again: {why}"))
-            self._charge(start)
-            if self.budget_left <= 0:
-                return self._spent_outcome()
+            failed = self._import_again()
+            if failed is not None:
+                return failed
         return self._finish(data, time.monotonic(), memoryview(data), timeout)
+
+    def _import_again(self):
+        """A replacement child imports the submission, within the import's own limit, charged to the budget:
+        None where it did, else the outcome of every call that waited for it."""
+        start = time.monotonic()
+        hello, _, problem = self._hello(min(self._worker.import_timeout, self.budget_left))
+        cpu = self._channel.meter.take()  # before the child ends: the process that spent it
+        if hello is None or hello["status"] != OK:
+            why = problem if hello is None else hello["message"]
+            self._end()
+            return self._spend(start, CallOutcome(CRASHED, message=f"the submission did not import again: {why}"), cpu)
+        self._charge(start, cpu)
+        return self._spent_outcome() if self.budget_left <= 0 else None
 
     def _request_bytes(self, name, args, kwargs, seed, keep, reuse):
         request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
@@ -208,10 +213,12 @@ class Submission:
         """The call whose request ``data`` was (or starts being) sent at ``start``, ``pending`` its bytes not
         sent yet: its reply read within its limit, its outcome. Then (``ahead``) the request said to come
         next is sent, unless it is this one again (answered from this outcome, where it returned)."""
-        limit = min(timeout, self.budget_left)  # CPU seconds; the wall clock's ceiling counts from the sending
-        raw, output, problem = self._channel.exchange(pending, limit, self._limits.pop(data, None) or self._worker.reply_limit,
-                                              wall=timing.CEILING * limit - (time.monotonic() - start))
+        limit = min(timeout, self.budget_left)  # CPU seconds; the wall clock's ceiling counts from the waiting
+        waiting = time.monotonic()  # (a call sent ahead computed meanwhile: only its CPU time counts for it)
+        raw, output, problem = self._channel.exchange(pending, limit, self._limits.pop(data, None) or self._worker.reply_limit)
         cpu = self._channel.meter.take()  # before a replacement: the process that spent it
+        if problem is None and cpu is not None and cpu > limit:  # answered, sent ahead, after its CPU time ran out
+            raw, problem = None, TIMEOUT
         if problem is None and ahead and self._next != data:
             self._send_ahead()
         outcome = self._outcome(raw, problem, limit)
@@ -220,7 +227,7 @@ class Submission:
             self._replace(outcome)
         elif outcome.status == OK and len(data) <= ANSWERS_KEPT:
             self._answered[data] = outcome
-        return self._spend(start, outcome, cpu)
+        return self._spend(start, outcome, cpu, waiting)
 
     def _send_ahead(self):
         data, self._next = self._next, None
@@ -232,9 +239,11 @@ class Submission:
     def _spent_outcome(self):
         return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent")
 
-    def _spend(self, start, outcome, cpu=None):
+    def _spend(self, start, outcome, cpu=None, waiting=None):
+        """``outcome`` with its seconds since ``start``; the budget charged (see :meth:`_charge`) from ``waiting``
+        (when the grader began to wait for it: default ``start``)."""
         outcome.seconds = time.monotonic() - start
-        self._charge(start, cpu)
+        self._charge(start if waiting is None else waiting, cpu)
         return outcome
 
     def _charge(self, start, cpu=None):

@@ -34,7 +34,7 @@ details summary{cursor:pointer;font-weight:600}ul.passed{font-family:monospace;f
 class Entry:
     """One check's result as the report lists it."""
 
-    result: object  # harness.results.Result
+    result: object  # harness.checking.results.Result
     document: str  # the case file's name
     title: str  # the document's title
     function: str  # the spec function a graded call calls, else what kind of check it is

@@ -7,7 +7,7 @@ parametrises a test that asks for ``case_check`` and ``device`` with ids
 becomes one failing item of its own), and one that asks for ``graded_check`` and
 ``low_dtype`` with each graded check in float16 and bfloat16.
 
-The case checks are ``harness/case_checks.py``'s ``test_case``. A project that keeps snapshots
+The case checks are ``harness/plugin/case_checks.py``'s ``test_case``. A project that keeps snapshots
 imports it into ``tests/test_cases.py``; where no collected module holds it (a course's
 repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itself.
 """
@@ -73,7 +73,7 @@ def pytest_configure(config):
                                 f"project's own cases/, run from that project (its tests/{CASE_MODULE} beside "
                                 f"them); refusing to rewrite them")
     # Snapshot names come from the case file, case and check, never from the test function
-    # (see harness/snapshot.py); syrupy warns on every write that it cannot relate them.
+    # (see harness/plugin/snapshot.py); syrupy warns on every write that it cannot relate them.
     config.addinivalue_line("filterwarnings", r"ignore:\s*Can not relate snapshot name:UserWarning")
 
 
