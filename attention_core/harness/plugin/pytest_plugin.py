@@ -251,6 +251,26 @@ def pytest_runtest_makereport(item, call):
                                f"-k '{item.callspec.id if hasattr(item, 'callspec') else item.name}', to see it)")
 
 
+MAX_LISTED = 200  # failures and errors the end of a run lists; past it, a count
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """A run of thousands of failures lists the first MAX_LISTED of each kind at its end, then how many
+    more (pytest's own summary of failures grows with their square: 30,000 would take an hour)."""
+    stats = terminalreporter.stats
+    cut = {kind: stats[kind] for kind in ("failed", "error") if len(stats.get(kind, ())) > MAX_LISTED}
+    for kind, reports in cut.items():
+        stats[kind] = reports[:MAX_LISTED]
+    try:
+        return (yield)
+    finally:
+        for kind, reports in cut.items():
+            stats[kind] = reports
+            terminalreporter.write_line(f"{len(reports) - MAX_LISTED} more {kind} not listed above (the first "
+                                        f"{MAX_LISTED} are; -x stops at the first, -k selects some)")
+
+
 def pytest_generate_tests(metafunc):
     if "graded_check" in metafunc.fixturenames:
         _parametrize_low_precision(metafunc)
