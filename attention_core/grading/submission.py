@@ -65,8 +65,14 @@ class Submission:
 
     @property
     def budget_left(self):
-        """CPU seconds left of the budget (and no more than the wall-clock ceiling leaves, over its factor)."""
-        return max(0.0, min(self.budget - self._spent, (timing.CEILING * self.budget - self._waited) / timing.CEILING))
+        """CPU seconds left of the budget; 0 where its wall-clock time is spent too (a submission that only
+        sleeps ends within its budget of wall-clock time)."""
+        return 0.0 if self._waited >= self.budget else max(0.0, self.budget - self._spent)
+
+    def _ceiling(self, limit):
+        """The wall-clock seconds a call (or import) of ``limit`` CPU seconds may wait: CEILING times its limit,
+        within what is left of the budget's wall-clock time."""
+        return min(timing.CEILING * limit, max(0.0, self.budget - self._waited))
 
     def __enter__(self):
         return self
@@ -215,13 +221,15 @@ class Submission:
         next is sent, unless it is this one again (answered from this outcome, where it returned)."""
         limit = min(timeout, self.budget_left)  # CPU seconds; the wall clock's ceiling counts from the waiting
         waiting = time.monotonic()  # (a call sent ahead computed meanwhile: only its CPU time counts for it)
-        raw, output, problem = self._channel.exchange(pending, limit, self._limits.pop(data, None) or self._worker.reply_limit)
+        wall = self._ceiling(limit)
+        raw, output, problem = self._channel.exchange(pending, limit, self._limits.pop(data, None) or self._worker.reply_limit,
+                                                      wall=wall)
         cpu = self._channel.meter.take()  # before a replacement: the process that spent it
         if problem is None and cpu is not None and cpu > limit:  # answered, sent ahead, after its CPU time ran out
             raw, problem = None, TIMEOUT
         if problem is None and ahead and self._next != data:
             self._send_ahead()
-        outcome = self._outcome(raw, problem, limit)
+        outcome = self._outcome(raw, problem, limit, wall)
         outcome.output = output.text()
         if outcome.status in (TIMEOUT, CRASHED):
             self._replace(outcome)
@@ -255,9 +263,12 @@ class Submission:
         self._spent += waited if cpu is None else cpu
         self._waited += waited
 
-    def _outcome(self, raw, problem, limit):
+    def _outcome(self, raw, problem, limit, wall):
         if problem == TIMEOUT:
             return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s of CPU time")
+        if problem == WAITED and wall < timing.CEILING * limit:
+            return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent (in "
+                                                f"wall-clock time: it waited rather than computed)")
         if problem == WAITED:
             return CallOutcome(TIMEOUT, message=f"the call did not return within {timing.CEILING * limit:.3g} s "
                                                 f"({timing.CEILING:g} times its limit of {limit:.3g} s of CPU time: "
@@ -305,10 +316,13 @@ class Submission:
 
     def _hello(self, timeout):
         """Let the child import, and wait for its report: (hello or None, Output, problem)."""
-        raw, output, problem = self._channel.exchange(wire.GO, timeout)
+        wall = self._ceiling(timeout)
+        raw, output, problem = self._channel.exchange(wire.GO, timeout, wall=wall)
         reply = None
         if problem == TIMEOUT:
             problem = f"the import did not finish within {timeout:.3g} s of CPU time"
+        elif problem == WAITED and wall < timing.CEILING * timeout:
+            problem = f"the submission's time budget of {self.budget:g} s is spent (in wall-clock time, importing)"
         elif problem == WAITED:
             problem = (f"the import did not finish within {timing.CEILING * timeout:.3g} s ({timing.CEILING:g} times "
                        f"its limit of {timeout:.3g} s of CPU time: it waited rather than computed)")

@@ -3,7 +3,7 @@
 A call's time limit and a submission's budget are counted in the CPU time of the submission's process
 (its threads, and the children it waited for), read from ``/proc``: a neighbour graded at the same time
 on a busy machine costs it nothing. A call that sleeps or waits spends no CPU time: it ends at a
-wall-clock ceiling, :data:`CEILING` times its limit. Where ``/proc`` cannot be read, the wall clock
+wall-clock ceiling, :data:`CEILING` times its limit (a submission's budget: the budget itself). Where ``/proc`` cannot be read, the wall clock
 counts alone (as before the CPU time could be read).
 """
 
