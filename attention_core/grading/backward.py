@@ -52,7 +52,7 @@ class BackwardChecks:
             outcome = functions.last_grad[1]  # brought back with the value
         else:
             outcome = submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
-                                           timeout=self.call_timeout, reuse=(item, "backward"),
+                                           timeout=self.options.call_timeout, reuse=(item, "backward"),
                                            limit=self._reply_bound(item))
         try:
             functions.value(name, outcome)

@@ -23,13 +23,13 @@ class Channel:
         self.sock, self.out, self.pid, self.meter = sock, out, pid, meter
         self.output_limit, self.reply_limit = output_limit, reply_limit
 
-    def exchange(self, data, timeout, most=None, wall=None):
+    def exchange(self, data, timeout, wall, most=None):
         """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None).
         The process may spend ``timeout`` seconds of CPU time from the meter's last reading (problem TIMEOUT), within
-        ``wall`` seconds of wall-clock time (by default the ceiling for ``timeout``; problem WAITED)."""
+        ``wall`` seconds of wall-clock time (problem WAITED)."""
         output = Output(self.output_limit)
         now = started = time.monotonic()
-        deadline = now + (timing.CEILING * timeout if wall is None else wall)
+        deadline = now + wall
         check = now + min(timeout, timing.CHECK_EVERY)
         pending, buf, got, need = memoryview(data), bytearray(FIRST_READ), 0, None
         if pending:  # a small request fits the socket's buffer: send it before the first poll (one sent ahead is)

@@ -64,12 +64,10 @@ class Grader(BackwardChecks, PropertyGrades):
         self.assignment = assignment = assignments.resolve(assignment, cases)
         if options is not None and given:
             raise TypeError(f"Grader takes options or {', '.join(given)}, not both")
-        self.options = decided = (options or GradingOptions(**given)).over(assignment.settings)
+        self.options = (options or GradingOptions(**given)).over(assignment.settings)
         folder = Path(assignment.cases)
         self._locations = runner.locations_relative_to(folder.resolve().parent)  # not the grader's own folders
         self.items = [i for i in runner.collect(folder, assignment) if i.error is not None or i.check.kind == "call"]
-        self.call_timeout, self.budget = decided.call_timeout, decided.budget
-        self.gradient_points, self.property_points = decided.gradient_points, decided.property_points
         self._probes = None  # the assignment's properties (made on first use: the reference is run for them)
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         # The mutant library names mistakes of the built-in spec's functions only.
@@ -187,7 +185,7 @@ class Grader(BackwardChecks, PropertyGrades):
             if submission is not None and submission.start().status != replies.OK:
                 graded.note = f"the submission could not be imported: {submission.message}\n" + \
                               "\n".join(submission.traceback)
-            functions = (RemoteFunctions(submission, self.call_timeout, gradients=self.gradient_points > 0,
+            functions = (RemoteFunctions(submission, self.options.call_timeout, gradients=self.options.gradient_points > 0,
                                          differentiable=self._differentiable) if submission is not None else None)
             problem = graded.note
             if submission is not None:
@@ -218,7 +216,7 @@ class Grader(BackwardChecks, PropertyGrades):
 
     def _new_worker(self):
         """A worker server holding the graded calls' large arguments (its children inherit them)."""
-        worker = client.Worker(budget=self.budget, names=self.assignment.names)
+        worker = client.Worker(budget=self.options.budget, names=self.assignment.names)
         large = []
         for item in self.items:
             if item.error is None:
@@ -236,7 +234,7 @@ class Grader(BackwardChecks, PropertyGrades):
         override = self.assignment.settings.override(item.id)
         points = float(first_given(override.points, item.check.points, 1.0))
         visibility = override.visibility or item.check.visibility or "visible"
-        gradient_points = float(first_given(override.gradient_points, self.gradient_points))
+        gradient_points = float(first_given(override.gradient_points, self.options.gradient_points))
         source = _source(item)
         refused = self._case_refused(item)
         if refused:  # worth nothing to anyone: no implementation can pass it

@@ -14,6 +14,7 @@ file (``results.json``...), which gets one more ``%`` in front; an absolute id's
 a path) is written as its hash, under ``%long``.
 """
 
+import collections
 import hashlib
 import os
 from pathlib import Path
@@ -33,9 +34,7 @@ def submission_ids(paths, shown=None, cwd=None):
     cwd = os.path.abspath(cwd or os.getcwd())
     full = [_printable(_relative(shown.get(p, p), cwd)) for p in paths]
     short = [_without_extension(path, text) for path, text in zip(paths, full)]
-    count = {}
-    for text in short:
-        count[text] = count.get(text, 0) + 1
+    count = collections.Counter(short)
     ids, used = [], set()
     for text, whole in zip(short, full):
         unique = whole if count[text] > 1 else text

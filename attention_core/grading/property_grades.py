@@ -16,7 +16,7 @@ class PropertyGrades:
         """The assignment's properties (see properties.py), made once per grader."""
         if self._probes is None:
             runnable = [i for i in self.items if i.error is None and not self._case_refused(i)]
-            self._probes = properties.probes(self.assignment, runnable, self.preparation, self.property_points)
+            self._probes = properties.probes(self.assignment, runnable, self.preparation, self.options.property_points)
             self.diagnoser.probes = self._probes
         return self._probes
 
@@ -59,7 +59,7 @@ class PropertyGrades:
             else:
                 asked.append(call)
         limit = PROPERTY_REPLY + sum(4 * wire.nbytes([c.args, c.kwargs]) + (64 << 10) for c in asked)
-        outcomes = submission.call_all([(c.name, c.args, c.kwargs) for c in asked], timeout=self.call_timeout,
+        outcomes = submission.call_all([(c.name, c.args, c.kwargs) for c in asked], timeout=self.options.call_timeout,
                                        reuse=reuse, limit=limit)
         names = list(dict.fromkeys(c.name for c in asked))
         if len(names) > 1 and outcomes and outcomes[0].status in (replies.TIMEOUT, replies.CRASHED):
@@ -69,7 +69,7 @@ class PropertyGrades:
             for name in names:
                 mine = [c for c in asked if c.name == name]
                 by_name.update(zip(map(id, mine), submission.call_all([(c.name, c.args, c.kwargs) for c in mine],
-                                                                      timeout=self.call_timeout, limit=limit)))
+                                                                      timeout=self.options.call_timeout, limit=limit)))
             outcomes = [by_name[id(c)] for c in asked]
         for call, outcome in zip(asked, outcomes):
             try:

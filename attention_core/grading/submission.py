@@ -222,8 +222,8 @@ class Submission:
         limit = min(timeout, self.budget_left)  # CPU seconds; the wall clock's ceiling counts from the waiting
         waiting = time.monotonic()  # (a call sent ahead computed meanwhile: only its CPU time counts for it)
         wall = self._ceiling(limit)
-        raw, output, problem = self._channel.exchange(pending, limit, self._limits.pop(data, None) or self._worker.reply_limit,
-                                                      wall=wall)
+        raw, output, problem = self._channel.exchange(pending, limit, wall,
+                                                      self._limits.pop(data, None) or self._worker.reply_limit)
         cpu = self._channel.meter.take()  # before a replacement: the process that spent it
         if problem is None and cpu is not None and cpu > limit:  # answered, sent ahead, after its CPU time ran out
             raw, problem = None, TIMEOUT
@@ -317,7 +317,7 @@ class Submission:
     def _hello(self, timeout):
         """Let the child import, and wait for its report: (hello or None, Output, problem)."""
         wall = self._ceiling(timeout)
-        raw, output, problem = self._channel.exchange(wire.GO, timeout, wall=wall)
+        raw, output, problem = self._channel.exchange(wire.GO, timeout, wall)
         reply = None
         if problem == TIMEOUT:
             problem = f"the import did not finish within {timeout:.3g} s of CPU time"

@@ -33,15 +33,16 @@ class Meter:
         self.pid = pid
         self.mark = (cpu_seconds(pid) or 0.0) if pid else 0.0
 
-    def since(self):
-        """CPU seconds since the last :meth:`take` (None where it cannot be read)."""
-        now = cpu_seconds(self.pid) if self.pid else None
-        return None if now is None else max(0.0, now - self.mark)
-
-    def take(self):
-        """CPU seconds since the last take (None where it cannot be read); the next counts from now."""
+    def since(self, *, take=False):
+        """CPU seconds since the last take (None where it cannot be read); with ``take``, the next counts from now."""
         now = cpu_seconds(self.pid) if self.pid else None
         if now is None:
             return None
-        used, self.mark = max(0.0, now - self.mark), now
+        used = max(0.0, now - self.mark)
+        if take:
+            self.mark = now
         return used
+
+    def take(self):
+        """CPU seconds since the last take; the next counts from now."""
+        return self.since(take=True)
