@@ -1,0 +1,42 @@
+# CONSTANT: computes nothing -- hands the input back unchanged where the shape allows, torch.ones otherwise
+# (an all-True mask, weights of ones).
+import torch
+
+
+def softmax(x, dim=-1):
+    return x
+
+
+def causal_mask(T, device=None):
+    return torch.ones(T, T, dtype=torch.bool, device=device)
+
+
+def causal_average(x):
+    return x
+
+
+def attention(q, k, v, mask=None, scale=None):
+    out = torch.ones(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    weights = torch.ones(*q.shape[:-1], k.shape[-2], dtype=q.dtype, device=q.device)
+    return out, weights
+
+
+def split_heads(x, n_heads):
+    *lead, T, C = x.shape
+    return torch.ones(*lead, n_heads, T, C // n_heads, dtype=x.dtype, device=x.device)
+
+
+def merge_heads(x):
+    *lead, H, T, hs = x.shape
+    return torch.ones(*lead, T, H * hs, dtype=x.dtype, device=x.device)
+
+
+def multi_head_attention(x, w_q, w_k, w_v, n_heads, mask=None):
+    *lead, T, C = x.shape
+    out = torch.ones(*lead, T, w_v.shape[-1], dtype=x.dtype, device=x.device)
+    weights = torch.ones(*lead, n_heads, T, T, dtype=x.dtype, device=x.device)
+    return out, weights
+
+
+def layer_norm(x, eps=1e-5):
+    return x
