@@ -1,4 +1,4 @@
-"""Command line: ``python -m attention_core [check|inventory|template|grade|lint|import|record|new]``.
+"""Command line: ``python -m attention_core [check|inventory|template|points|grade|lint|import|record|new|...]``.
 
 ``check`` (the default) runs every case of the case folder on the reference core, on the CPU
 and on CUDA when there is one, and prints a table of checks passed, failed and skipped per
@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--property-points", type=float, default=None, metavar="P",
                        help="points of each property check (docs/properties.md); 0 switches them off "
                             "(default: the assignment's, 1)")
+    worth = commands.add_parser("points", parents=[common],
+                                help="print what every check and property is worth, and who sees it, before grading")
+    for option, what in (("--gradient-points", "backward check"), ("--property-points", "property check")):
+        worth.add_argument(option, type=float, default=None, metavar="P",
+                           help=f"points of each {what}, as grade takes it (default: the assignment's)")
     adequate = commands.add_parser("adequacy", parents=[common],
                                    help="list the mistakes (made from the reference) that no case or property catches")
     adequate.add_argument("-v", "--verbose", action="store_true", dest="adequacy_verbose",
@@ -114,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         from attention_core.grading.template import assignment_template  # noqa: PLC0415 (loads only when asked)
         print(assignment_template(chosen, fmt=args.format), end="")
         return 0
+    if args.command == "points":
+        from attention_core.grading.options import GradingOptions  # noqa: PLC0415
+        from attention_core.grading.grader import points_command  # noqa: PLC0415
+        return points_command(chosen, GradingOptions(gradient_points=args.gradient_points,
+                                                     property_points=args.property_points))
     if args.command == "adequacy":
         from attention_core.grading import adequacy  # noqa: PLC0415
         return adequacy.report(adequacy.assess(chosen), verbose=args.adequacy_verbose)

@@ -18,6 +18,7 @@ out of the kit (the teacher's grading still has it), and the README says how man
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import sys
 import tempfile
@@ -27,6 +28,7 @@ import torch
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from attention_core.grading import worth
 from attention_core.harness.reading.assignment import KIT_FILE
 from attention_core.authoring.record import round_trip
 from attention_core.harness.checking import calls, runner
@@ -56,6 +58,7 @@ def write_kit(assignment, kit, out=None):
         shutil.rmtree(building, ignore_errors=True)
         print(f"error: the kit could not be made: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
+    _readable(building)
     building.rename(kit)
     print(f"{kit}: {kept} visible check{'s' * (kept != 1)}" + (f", {left} left out (hidden, or needing the "
           f"reference)" if left else "") + f"; students run: pytest --assignment {kit} --impl FILE", file=out)
@@ -74,9 +77,9 @@ def _build(assignment, items, kit):
         written, dropped = _kit_file(path, file_items, assignment, preparation, kit / "cases" / path.name)
         kept, left = kept + written, left + dropped
     _write_yaml(kit / KIT_FILE, _spec_tree(assignment))
-    settings = Path(assignment.folder or "") / "assignment.yaml"
-    if assignment.folder is not None and settings.is_file():
-        (kit / "assignment.yaml").write_text(settings.read_text(encoding="utf-8"), encoding="utf-8")
+    students = _students_settings(assignment)
+    if students:
+        _write_yaml(kit / "assignment.yaml", students)
     from attention_core.grading.template import assignment_template  # noqa: PLC0415
     (kit / "template.py").write_text(assignment_template(assignment), encoding="utf-8")
     (kit / "template.ipynb").write_text(assignment_template(assignment, fmt="ipynb"), encoding="utf-8")
@@ -98,10 +101,12 @@ def _kit_file(path, items, assignment, preparation, target):
         keep_checks = []
         for shared in raw_case["checks"]:
             item = next((i for i in case_items if i.check.id == shared.get("id")), None)
-            if item is None or not _visible(item, assignment) or _needs_reference(item, assignment):
+            if item is None or not worth.visible(assignment, item) or _needs_reference(item, assignment):
                 left += 1
                 continue
             raw_check = copy.deepcopy(shared)  # a YAML alias may share it with another case: record into a copy
+            if item.check.kind == "call":  # its points as resolved: the kit has no checks: to resolve them
+                raw_check["points"] = _number(worth.of_check(assignment, item, 0.0).points)
             if _makes_instance(item):
                 _record_instance(raw_check, item, preparation)
             _record_oracles(raw_check, item)
@@ -117,9 +122,26 @@ def _kit_file(path, items, assignment, preparation, target):
     return kept, left
 
 
-def _visible(item, assignment):
-    override = assignment.settings.override(item.id)
-    return (override.visibility or item.check.visibility or "visible") == "visible"
+STUDENTS_SETTINGS = ("title", "graded", "returns", "mode", "call_timeout")  # what a kit's own run reads
+
+
+def _students_settings(assignment):
+    """The teacher's settings a kit's run needs: never ``checks:``, which may name hidden checks and their points
+    (each kept check carries its points instead)."""
+    given = assignment.settings.model_dump(exclude_unset=True)
+    return CommentedMap((key, given[key]) for key in STUDENTS_SETTINGS if key in given)
+
+
+def _number(value):
+    return int(value) if float(value).is_integer() else value
+
+
+def _readable(folder):
+    """A kit is handed out: folders 0755, files 0644 (a temporary folder is made 0700)."""
+    for root, folders, files in os.walk(folder):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
 
 
 def _makes_instance(item):

@@ -51,7 +51,7 @@ def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_pa
                              capture_output=True, text=True, timeout=300, cwd=tmp_path)  # HEAD lies outside
         assert run.returncode == 0, run.stderr[-2000:]
     rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
-    assert rows == {str(HEAD / "submissions" / "correct"): ["6", "6"], str(HEAD / "submissions" / "unscaled"): ["2", "6"]}
+    assert rows == {str(HEAD / "submissions" / "correct"): ["6", "6"], str(HEAD / "submissions" / "unscaled"): ["0", "6"]}
 
 
 def test_rows_of_different_maximums_are_reported(tmp_path):

@@ -201,14 +201,16 @@ def test_a_teacher_s_class_gets_every_property_its_reference_holds(tmp_path):
     _, found = _teacher(tmp_path)
     assert set(found) == {"properties/Head/causal", "properties/Head/batched", "properties/Head/large_inputs",
                           "properties/Head/deterministic"}
-    assert all(p.points == 1.0 for p in found.values())
+    assert all(p.points == 0.0 for p in found.values())  # the teacher gave no points: feedback, worth nothing
+    _, given = _teacher(tmp_path / "given", "property_points: 1.5\n")
+    assert set(given) == set(found) and all(p.points == 1.5 for p in given.values())
 
 
 def test_a_teacher_lists_a_name_s_properties_reweighs_one_or_switches_them_off(tmp_path):
     _, found = _teacher(tmp_path, "properties:\n  Head: [causal, batched]\nchecks:\n"
                                   "  properties/Head/causal: {points: 3}\n")
     assert {pid: p.points for pid, p in found.items()} == {"properties/Head/causal": 3.0,
-                                                           "properties/Head/batched": 1.0}
+                                                           "properties/Head/batched": 0.0}
     assert _teacher(tmp_path / "b", "properties:\n  Head: []\n")[1] == {}
     assert _teacher(tmp_path / "c", "property_points: 0\n")[1] == {}
     chosen, _ = _teacher(tmp_path / "d", "checks:\n  properties/Head/causal: {points: 2}\n")

@@ -38,11 +38,16 @@ def lint_command(args, out=None):
     findings = lint(args.paths, default_folder=chosen.cases, assignment=chosen)
     for finding in findings:
         print(finding, file=out)
-    settings = [] if args.paths else chosen.settings_problems(runner.collect(chosen.cases, chosen))
+    items = [] if args.paths else runner.collect(chosen.cases, chosen)
+    settings = chosen.settings_problems(items) if items else []
     for problem in settings:
         print(problem.replace(": checks: ", ": error: checks: ", 1), file=out)
+    warned = chosen.settings_warnings(items) if items else []
+    for problem in warned:
+        print(problem.replace(": checks: ", ": warning: checks: ", 1), file=out)
     errors = sum(f.severity == "error" for f in findings) + len(settings)
-    print(f"{_count(errors, 'error')}, {_count(len(findings) + len(settings) - errors, 'warning')}", file=out)
+    print(f"{_count(errors, 'error')}, {_count(len(findings) + len(settings) + len(warned) - errors, 'warning')}",
+          file=out)
     return 1 if errors else 0
 
 

@@ -29,7 +29,7 @@ from attention_core.grading.properties.model import is_property
 from attention_core.harness.reading.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning
 from attention_core.grading.options import GradingOptions
-from attention_core.harness.text import escape, is_terminal, points
+from attention_core.harness.text import escape, is_terminal, points, shorten
 from attention_core.report.figures import Drawings
 from attention_core.report.class_page import class_page
 from attention_core.report.html import submission_page
@@ -100,7 +100,8 @@ def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jo
     sources = {name: os.path.abspath(path) for path, name in zip(paths, names)}
 
     def finished(one):  # a submission's record, as soon as it is graded: the batch may stop at any moment
-        records.write(ids.folder_of(out, one.name), digests[one.name], one, sources[one.name])
+        # (one the grader failed on gets a record that matches no run: it is graded again next time)
+        records.write(ids.folder_of(out, one.name), "" if one.error else digests[one.name], one, sources[one.name])
         graded_now[one.name] = one
 
     interrupted = None  # (the lock is held: see grade_command)
@@ -155,6 +156,11 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
             print(f"  {n} of {len(scores)} {escape(said)}", file=report)
     for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
+    failed = [one.name for one in scores if one.error]
+    if failed:
+        print(f"warning: the grader failed on {len(failed)} submission{'s' * (len(failed) != 1)} (a fault of the "
+              f"grader, not theirs; each scores 0 and says why in its results.json; the next run grades them "
+              f"again): {escape(', '.join(failed[:5]))}" + (" …" if len(failed) > 5 else ""), file=stream)
     print(f"wrote {out / ids.SUBMISSIONS / '<id>' / 'results.json'}, {out / ids.SUBMISSIONS / '<id>' / 'report.html'}, "
           f"{out / 'gradebook.csv'}, "
           f"{out / 'summary.csv'} and {out / 'summary.html'}",
@@ -245,6 +251,7 @@ class Scores:
     max_score: float
     protections: dict = field(default_factory=dict)
     grades: list = field(default_factory=list)  # Score per check
+    error: str = ""  # why the grader could not grade it: no record is kept, the next run grades it again
 
 
 @dataclass
@@ -256,13 +263,29 @@ class Score:
 
 
 def _write(graded, name, out):
-    """Write a graded submission's results.json and report.html; its Scores."""
+    """Write a graded submission's results.json and report.html; its Scores. Should its drawings or page fail
+    (whatever it returned), they are written without pictures; should that fail too, it is the grader's
+    failure on this submission alone."""
     graded.name = name
-    drawings = Drawings()  # each failed check drawn once, for results.json and report.html
-    folder = gradescope.write_results(graded, ids.folder_of(out, name), drawings=drawings)
-    (folder / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
+    folder = ids.folder_of(out, name)
+    try:
+        drawings = Drawings()  # each failed check drawn once, for results.json and report.html
+        gradescope.write_results(graded, folder, drawings=drawings)
+        (folder / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
+    except Exception:  # noqa: BLE001
+        try:
+            gradescope.write_results(graded, folder)
+            (folder / "report.html").write_text(submission_page(graded), encoding="utf-8")
+        except Exception as err:  # noqa: BLE001
+            graded.error = graded.error or (f"this submission's results could not be written: the grader failed "
+                                            f"on them ({type(err).__name__}: {shorten(str(err), 200)})")
+            graded.grades = []
+            graded.note = graded.error
+            gradescope.write_results(graded, folder)
+            (folder / "report.html").write_text(submission_page(graded), encoding="utf-8")
     return Scores(name, graded.score, graded.max_score, graded.protections,
-                  [Score(g.check_id, g.score, g.max_score, _mistakes(g.diagnosis)) for g in graded.grades])
+                  [Score(g.check_id, g.score, g.max_score, _mistakes(g.diagnosis)) for g in graded.grades],
+                  graded.error)
 
 
 def _mistakes(diagnosis):

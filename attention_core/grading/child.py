@@ -93,9 +93,10 @@ class Child:
         if message.get("op") == "calls":  # several calls in one round trip: their replies in a list
             replies = []
             for one in message["calls"]:
-                replies.append(self.handle({**one, "grad_seed": None, "keep": None}))
-                if replies[-1]["status"] == "crashed":
-                    return replies[-1]
+                reply = self.handle({**one, "grad_seed": None, "keep": None})
+                if reply["status"] == "crashed":
+                    return reply
+                replies.append({**reply, "id": one.get("id")})  # matched to its call by id, never by position
             return {"status": "ok", "value": replies, "mutated": []}
         torch = self.torch
         name, args, kwargs, seed = message["name"], list(message["args"]), message["kwargs"], message["grad_seed"]

@@ -11,6 +11,7 @@ tensors in place.
 import contextlib
 import functools
 import os
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,16 +20,18 @@ from pathlib import Path
 import torch
 
 from attention_core.harness.reading import assignment as assignments
-from attention_core.grading import archives, client, feedback, generated, notebooks, replies, sandbox, wire
+from attention_core.grading import archives, client, feedback, generated, notebooks, replies, sandbox, wire, worth
 from attention_core.grading.backward import BackwardChecks
 from attention_core.grading.diagnose import Diagnoser, calls_of
-from attention_core.grading.grades import Grade, SubmissionGrade  # noqa: F401 (where the grader's callers find them)
+from attention_core.grading import properties
+from attention_core.grading.grades import Grade, SubmissionGrade, charge_unearned
 from attention_core.grading.options import GradingOptions
 from attention_core.grading.property_grades import PropertyGrades
 from attention_core.grading.remote import RemoteFunctions
 from attention_core.harness.checking import runner, torch_route
 from attention_core.harness.checking.results import Result, Status
-from attention_core.harness.text import escape, first_given
+from attention_core.harness.reading.model import ShapeExpectation
+from attention_core.harness.text import escape, shorten
 from attention_core.harness.text import points as points_text
 
 SHARE_LIMIT = 1 << 16  # an argument with this many elements or more is stored in the worker server once
@@ -174,6 +177,8 @@ class Grader(BackwardChecks, PropertyGrades):
             return None, f"the submission could not be opened: {err}", False
         except client.WorkerError as err:  # the grading server failed: this submission fails, the batch goes on
             return None, f"the grading server failed while opening the submission: {err}", True
+        except Exception as err:  # noqa: BLE001 (whatever its files do to the reading of them: this submission's)
+            return None, f"the submission could not be opened: {_said(err)}", False
 
     def _graded(self, path, opened, into, calls_made):
         """The submission ``opened`` (see :meth:`_set_up`) graded; ``calls_made(submission or None)`` is
@@ -182,29 +187,70 @@ class Grader(BackwardChecks, PropertyGrades):
         graded = into if into is not None else SubmissionGrade(submission_name(path), path)
         submission, graded.note, _ = opened
         try:
-            if submission is not None and submission.start().status != replies.OK:
-                graded.note = f"the submission could not be imported: {submission.message}\n" + \
-                              "\n".join(submission.traceback)
-            functions = (RemoteFunctions(submission, self.options.call_timeout, gradients=self.options.gradient_points > 0,
-                                         differentiable=self._differentiable) if submission is not None else None)
-            problem = graded.note
-            if submission is not None:
-                graded.protections = submission.protections
-                printed = f"Printed at import:\n{submission.output}" if submission.output else ""
-                graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem, printed]))
-            for item, following in zip(self.items, [*self.items[1:], None]):
-                if following is not None and functions is not None:
-                    self._say_next(following, functions)
-                graded.grades += self._grade_item(item, submission, functions, problem)
-            graded.grades += self._property_grades(submission, functions, problem)
+            try:
+                self._grade_calls(graded, submission)
+            except Exception as err:  # noqa: BLE001 (the grader's fault on this submission: its row, not the batch's end)
+                self._not_graded(graded, err)
         except BaseException:
             if submission is not None:
                 submission.close()
             raise
         calls_made(submission)
-        self.diagnoser.explain(graded)
+        if not graded.error:
+            try:
+                self.diagnoser.explain(graded)
+            except Exception as err:  # noqa: BLE001 (the grade stands; only the naming of its mistakes failed)
+                for grade in graded.grades:
+                    grade.diagnosis = ""
+                graded.note = "\n\n".join(filter(None, [graded.note, f"(The feedback that names mistakes could not "
+                                                                      f"be made for this submission: {_said(err)}.)"]))
         graded.seconds = time.monotonic() - start
         return graded
+
+    def _grade_calls(self, graded, submission):
+        """Fill ``graded`` with the grades of ``submission`` (None: it could not be opened, ``graded.note`` says
+        why): each check, then each property, then what is earned only with right values."""
+        if submission is not None and submission.start().status != replies.OK:
+            graded.note = f"the submission could not be imported: {submission.message}\n" + \
+                          "\n".join(submission.traceback)
+        functions = (RemoteFunctions(submission, self.options.call_timeout, gradients=self.options.gradient_points > 0,
+                                     differentiable=self._differentiable) if submission is not None else None)
+        problem = graded.note
+        if submission is not None:
+            graded.protections = submission.protections
+            printed = f"Printed at import:\n{submission.output}" if submission.output else ""
+            graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem, printed]))
+        for item, following in zip(self.items, [*self.items[1:], None]):
+            if following is not None and functions is not None:
+                self._say_next(following, functions)
+            graded.grades += self._grade_item(item, submission, functions, problem)
+        graded.grades += self._property_grades(submission, functions, problem)
+        charge_unearned(graded.grades)
+
+    def _not_graded(self, graded, err):
+        """``graded`` as a row of the grader's own failure ``err``: every check and property at 0 of its points,
+        each saying why; the batch writes no record of it, so the next run grades it again."""
+        graded.error = (f"this submission could not be graded: the grader failed on it ({_said(err)}). This is a "
+                        f"fault of the grader, not of the submission: it scores 0 until it is graded again "
+                        f"(--regrade), and the teacher is told")
+        graded.note = "\n\n".join(filter(None, [graded.error, graded.note]))
+        grades = []
+        try:
+            for item in self.items:
+                result = Result(Status.HARNESS_ERROR, item.id, item.location, message=graded.error)
+                if item.error is not None or self._case_refused(item):
+                    grades.append(Grade(item.id, item, result, 0.0, 0.0))
+                    continue
+                points, visibility, gradient_points = self._worth(item)
+                grades.append(Grade(item.id, item, result, 0.0, points + gradient_points, visibility, _source(item)))
+            for probe in self.probes:
+                item = properties.PropertyItem(probe)
+                grades.append(Grade(probe.id, item, Result(Status.HARNESS_ERROR, probe.id, item.location,
+                                                           message=graded.error), 0.0, probe.points,
+                                    worth.of_property(self.assignment, probe).visibility, "property"))
+        except Exception:  # noqa: BLE001 (its points cannot be told either: the row says why, with none)
+            grades = []
+        graded.grades = grades
 
     def _restart(self):
         """A new worker server in place of one that failed."""
@@ -231,10 +277,7 @@ class Grader(BackwardChecks, PropertyGrades):
     def _grade_item(self, item, submission, functions, problem):
         if item.error is not None:  # a case file that does not load: reported, worth nothing
             return [Grade(item.id, item, runner.run(item), 0.0, 0.0)]
-        override = self.assignment.settings.override(item.id)
-        points = float(first_given(override.points, item.check.points, 1.0))
-        visibility = override.visibility or item.check.visibility or "visible"
-        gradient_points = float(first_given(override.gradient_points, self.options.gradient_points))
+        points, visibility, gradient_points = self._worth(item)
         source = _source(item)
         refused = self._case_refused(item)
         if refused:  # worth nothing to anyone: no implementation can pass it
@@ -250,7 +293,7 @@ class Grader(BackwardChecks, PropertyGrades):
         call = self._call_texts.setdefault(item, self._call_text(item))
         value = Grade(item.id, item, result, self._value_score(item, result, points), points, visibility, source,
                       call=call)
-        if gradient_points <= 0 or not self._has_backward(item):
+        if gradient_points <= 0:
             return [value]
         if not result.passed:  # one charge per mistake: its gradients are not checked, and charged with it
             value.max_score += gradient_points
@@ -264,13 +307,43 @@ class Grader(BackwardChecks, PropertyGrades):
         return [value, Grade(backward.check_id, item, backward, score, gradient_points, visibility, source,
                              call=call)]
 
+    def _worth(self, item):
+        """(points, visibility, its backward check's points: 0 where it has none) of the loaded check ``item``."""
+        worth_ = worth.of_check(self.assignment, item, self.options.gradient_points)
+        gradient_points = worth_.gradient_points if worth_.gradient_points > 0 and self._has_backward(item) else 0.0
+        return worth_.points, worth_.visibility, gradient_points
+
+    def points_table(self):
+        """(id, kind, points, visibility) of every check, backward check and property a submission is graded on,
+        in the order of its grades: what the maximum is made of, before anything is graded."""
+        rows = []
+        for item in self.items:
+            if item.error is not None:
+                rows.append((item.id, "case error", 0.0, "visible"))
+                continue
+            points, visibility, gradient_points = self._worth(item)
+            if self._case_refused(item):
+                rows.append((item.id, "case error", 0.0, visibility))
+                continue
+            rows.append((item.id, "value", points, visibility))
+            if gradient_points > 0:
+                rows.append((f"{item.id}/backward", "backward", gradient_points, visibility))
+        for probe in self.probes:
+            rows.append((probe.id, "property", probe.points, worth.of_property(self.assignment, probe).visibility))
+        return rows
+
     def _value_score(self, item, result, points):
         """The points a value check earns: all of them where it passed; where only some of the results its
-        expectations read are wrong (or missing), their share of the points for each result that is right;
+        expectations read the values of are wrong (or missing), their share of the points for each result that is
+        right (a result whose shape alone is read earns no share: an answer that computes nothing has it);
         else none."""
         if result.passed:
             return points
-        read = [item.check.returns[i] for i in self._reads[item]]
+        valued = set()
+        for expectation in item.check.expectations:
+            if not isinstance(expectation, ShapeExpectation):
+                valued |= {expectation.target, *expectation.expr.names}
+        read = [name for name in (item.check.returns[i] for i in self._reads[item]) if name in valued]
         if result.status is not Status.FAILED or not read:
             return 0.0
         targets = {e.target: e for e in item.check.expectations}
@@ -348,6 +421,29 @@ class Grader(BackwardChecks, PropertyGrades):
         if key not in self._judged:
             self._judged[key] = judge()
         return self._judged[key]
+
+def points_command(assignment, options, out=None):
+    """Print every check's, backward check's and property's points and visibility, and the total, as ``grade``
+    would grade them (nothing of a submission is run); 0."""
+    out = out or sys.stdout
+    rows = Grader(assignment=assignment, options=options).points_table()
+    width = max([len("check"), *(len(escape(r[0])) for r in rows)])
+    print(f"{'check':<{width}}  {'kind':<10}  {'points':>6}  visibility", file=out)
+    for check_id, kind, worth_, visibility in rows:
+        print(f"{escape(check_id):<{width}}  {kind:<10}  {points_text(worth_):>6}  {visibility}", file=out)
+    total = sum(r[2] for r in rows)
+    hidden = sum(r[2] for r in rows if r[3] != "visible")
+    feedback = sum(r[1] == "property" and r[2] == 0 for r in rows)
+    print(f"\ntotal: {points_text(total)} points ({points_text(total - hidden)} visible, {points_text(hidden)} "
+          f"hidden)" + (f"; {feedback} properties are feedback, worth 0 (property_points in assignment.yaml gives "
+                        f"them points)" if feedback else ""), file=out)
+    return 0
+
+
+def _said(err):
+    """An exception in one line, within 200 characters of its text."""
+    return f"{type(err).__name__}: {shorten(str(err), 200)}"
+
 
 def _read_results(check):
     """The positions of the results a check's expectations read (by name or in an expression)."""

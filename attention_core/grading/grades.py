@@ -1,9 +1,15 @@
-"""A graded submission as data: each check's :class:`Grade`, and the :class:`SubmissionGrade` holding them."""
+"""A graded submission as data: each check's :class:`Grade`, and the :class:`SubmissionGrade` holding them;
+what a grade is earned with (:func:`charge_unearned`)."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attention_core.harness.checking.results import Result
+from attention_core.grading.properties.model import is_property
+from attention_core.harness.checking.results import Result, Status
+from attention_core.harness.reading.model import ShapeExpectation
+from attention_core.harness.text import points as points_text
+
+NEUTRAL = (Status.CASE_ERROR, Status.HARNESS_ERROR, Status.PENDING)  # no one's to pay, no one's to earn
 
 
 @dataclass
@@ -31,6 +37,7 @@ class SubmissionGrade:
     grades: list = field(default_factory=list)
     seconds: float = 0.0
     note: str = ""  # import problems and other messages for the whole submission
+    error: str = ""  # why the grader could not grade it (its own fault): the row is 0 until graded again
     protections: dict = field(default_factory=dict)  # the sandbox's: "held" and "missing" (name -> why)
 
     @property
@@ -40,3 +47,58 @@ class SubmissionGrade:
     @property
     def max_score(self):
         return sum(g.max_score for g in self.grades)
+
+
+def charge_unearned(grades):
+    """A property, and a check of shapes alone, is a charge, never a credit for nothing: it is earned only where
+    every value check of its graded name passes. Where one fails, that check stands for them: their points are
+    moved onto it (the first failed one), so one mistake is charged once and an answer that computes nothing
+    earns nothing. What they found stays their feedback."""
+    value_checks, riders = {}, {}
+    for grade in grades:
+        name = _name_of(grade)
+        if name is None:
+            continue
+        if is_property(grade.check_id) or _shapes_only(grade):
+            riders.setdefault(name, []).append(grade)
+        elif not grade.check_id.endswith("/backward") and grade.result.status not in NEUTRAL:
+            value_checks.setdefault(name, []).append(grade)
+    for name, checks in value_checks.items():
+        failed = next((g for g in checks if not g.result.passed), None)
+        moved = [g for g in riders.get(name, ()) if g.max_score > 0] if failed is not None else []
+        if not moved:
+            continue
+        total, kinds = sum(g.max_score for g in moved), _counted(moved)
+        for grade in moved:
+            grade.score, grade.max_score = 0.0, 0.0
+            grade.charged = " ".join(filter(None, [(
+                f"Not credited on its own: `{name}` gives wrong values, and this is earned only with right values; "
+                f"its points are charged once, with {failed.check_id}."), grade.charged]))
+        failed.max_score += total
+        failed.charged = " ".join(filter(None, [failed.charged, (
+            f"It also stands for {kinds} of `{name}` ({points_text(total)} point{'s' * (total != 1)}): those are "
+            f"earned only with right values, so one mistake is charged once.")]))
+
+
+def _name_of(grade):
+    if grade.item is None or getattr(grade.item, "error", None) is not None:
+        return None
+    return getattr(getattr(grade.item, "check", None), "function", None)
+
+
+def _shapes_only(grade):
+    """Whether a grade is a check (or its backward check) whose expectations read shapes alone."""
+    expectations = getattr(grade.item.check, "expectations", ())
+    return bool(expectations) and all(isinstance(e, ShapeExpectation) for e in expectations)
+
+
+def _counted(moved):
+    """"2 properties and 1 check of shapes (with its backward check)": what ``moved`` holds, in words."""
+    properties = sum(is_property(g.check_id) for g in moved)
+    shapes = {g.check_id.removesuffix("/backward") for g in moved if not is_property(g.check_id)}
+    backward = any(g.check_id.endswith("/backward") or "backward check" in g.charged for g in moved)
+    both = "its backward check" if len(shapes) == 1 else "their backward checks"
+    parts = [f"{properties} propert{'ies' if properties != 1 else 'y'}" if properties else "",
+             f"{len(shapes)} check{'s' * (len(shapes) != 1)} of shapes" + (f" with {both}" if backward else "")
+             if shapes else ""]
+    return " and ".join(filter(None, parts))

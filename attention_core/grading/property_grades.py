@@ -1,7 +1,7 @@
 """A submission's property checks (``properties/``): every property's calls made in one round trip, then each
 relation judged in the grader. A mixin of the Grader."""
 
-from attention_core.grading import feedback, properties, replies, wire
+from attention_core.grading import feedback, properties, replies, wire, worth
 from attention_core.grading.grades import Grade
 from attention_core.harness.checking.results import CallFailed, Result, Status
 
@@ -41,26 +41,28 @@ class PropertyGrades:
             item = properties.PropertyItem(probe)
             status = Status.PASSED if broken is None else why or Status.FAILED
             result = Result(status, probe.id, item.location, f"property: {probe.title}", message=broken or "")
-            override = self.assignment.settings.override(probe.id)
             grades.append(Grade(probe.id, item, result, probe.points if broken is None else 0.0, probe.points,
-                                override.visibility or self.assignment.settings.visibility, "property",
+                                worth.of_property(self.assignment, probe).visibility, "property",
                                 call=self._property_call_text(probe)))
         return grades
 
     def _make_property_calls(self, calls, submission, functions, values, reuse):
         """Make ``calls`` (each once, in order) and put each one's value, or CallFailed, in ``values``."""
         unique = list({id(c): c for c in calls}.values())
-        asked = []
-        for call in unique:
+        asked, positions = [], []
+        for position, call in enumerate(unique):
             if call.name in functions.timed_out:
                 values[call] = CallFailed(Status.TIMEOUT, f"`{call.name}` timed out earlier (not called again)")
             elif call.name not in submission.names:
                 values[call] = CallFailed(Status.NOT_IMPLEMENTED, f"the implementation has no `{call.name}`")
             else:
                 asked.append(call)
+                positions.append(position)
         limit = PROPERTY_REPLY + sum(4 * wire.nbytes([c.args, c.kwargs]) + (64 << 10) for c in asked)
+        # The request's bytes are kept for the batch under a key naming the very calls asked: submissions that
+        # define other names ask other calls, and each gets its own request.
         outcomes = submission.call_all([(c.name, c.args, c.kwargs) for c in asked], timeout=self.options.call_timeout,
-                                       reuse=reuse, limit=limit)
+                                       reuse=None if reuse is None else (reuse, tuple(positions)), limit=limit)
         names = list(dict.fromkeys(c.name for c in asked))
         if len(names) > 1 and outcomes and outcomes[0].status in (replies.TIMEOUT, replies.CRASHED):
             # One call hung or killed the process: each name's calls again on their own, so that it is that

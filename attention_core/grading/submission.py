@@ -105,15 +105,19 @@ class Submission:
         """Make ``calls`` ((name, args, kwargs) each) one after another in one round trip: their CallOutcomes in
         order. ``timeout`` holds for them all; where the process timed out or died, every call not answered
         has that outcome. ``reuse``: as for :meth:`call` (the request is encoded once per worker)."""
-        calls = [(n, a, k) for n, a, k in calls if n in self._worker.names]
         if not calls:
             return []
         if self._closed:
             raise ValueError(f"the submission {self.path} is closed")
         if self.start().status != OK:
             return [CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")] * len(calls)
+        found = {i: CallOutcome(NOT_IMPLEMENTED, message=f"{n!r} is not graded: {', '.join(self._worker.names)}")
+                 for i, (n, _, _) in enumerate(calls) if n not in self._worker.names}
+        asked = [(i, call) for i, call in enumerate(calls) if i not in found]
+        if not asked:
+            return [found[i] for i in range(len(calls))]
         request = {"op": "calls", "name": "", "grad_seed": None, "keep": None,
-                   "calls": [{"name": n, "args": list(a), "kwargs": dict(k)} for n, a, k in calls]}
+                   "calls": [{"id": i, "name": n, "args": list(a), "kwargs": dict(k)} for i, (n, a, k) in asked]}
         data = self._worker.encoded(request, self._shared, reuse)
         if self._ahead is not None:  # a call sent ahead: its reply first, kept for when it is made
             sent, start, pending = self._ahead
@@ -130,18 +134,21 @@ class Submission:
         self._limits[data] = limit
         outcome = self._finish(data, time.monotonic(), memoryview(data), timeout, ahead=False)
         if outcome.status != OK:
-            return [dataclasses.replace(outcome, output="")] * len(calls)
-        found = []
+            return [found.get(i) or dataclasses.replace(outcome, output="") for i in range(len(calls))]
+        wanted = {i for i, _ in asked}
         for reply in outcome.value if isinstance(outcome.value, list) else ():
+            key = reply.get("id") if isinstance(reply, dict) else None
+            if type(key) is not int or key not in wanted or key in found:  # a reply matched to no call: not read
+                continue
             try:
-                found.append(checked_outcome(reply))
+                found[key] = checked_outcome(reply)
             except (KeyError, TypeError, ValueError) as e:
-                found.append(CallOutcome(CRASHED, message=f"the submission's process sent a malformed reply: {e}"))
+                found[key] = CallOutcome(CRASHED, message=f"the submission's process sent a malformed reply: {e}")
         missing = CallOutcome(CRASHED, message="the submission's process sent no reply for this call")
-        found += [missing] * (len(calls) - len(found))
-        if found and outcome.output:
-            found[0].output = outcome.output
-        return found[:len(calls)]
+        ordered = [found.get(i) or dataclasses.replace(missing) for i in range(len(calls))]
+        if outcome.output:
+            ordered[asked[0][0]].output = outcome.output
+        return ordered
 
     def ahead(self, name, args=(), kwargs=None, *, projection_seed=None, keep=None, reuse=None, limit=None):
         """Say which call comes next (as :meth:`call`, or :meth:`call_grad` with a ``projection_seed``).

@@ -9,6 +9,7 @@ import inspect
 import textwrap
 
 from attention_core import spec
+from attention_core.harness.reading.assignment import own_doc
 
 FILE_NAME = "attention_student.py"  # what the hand-out is saved as, and what a Gradescope submission holds
 
@@ -78,26 +79,55 @@ def _teacher_header(assignment):
 
 def _stub(assignment, graded):
     value = getattr(assignment.reference, graded.name)
-    doc = _docstring(inspect.getdoc(value), "    ")
+    doc = _docstring(own_doc(value), "    ")
+    source = textwrap.dedent(inspect.getsource(value))
+    node = ast.parse(source).body[0]
     if not graded.is_class:
-        return (f"\n\ndef {graded.name}({_params(graded.params)}):\n{doc}"
+        return (f"\n\ndef {graded.name}{_signature(source, node, '')}\n{doc}"
                 f'    raise NotImplementedError("{graded.name}")\n')
-    node = ast.parse(textwrap.dedent(inspect.getsource(value))).body[0]
     bases = ", ".join(ast.unparse(b) for b in node.bases) or "nn.Module"
     layers = _layers(node)
     if layers:
         named = ", ".join(f"self.{attr} ({kind})" for attr, kind in layers)
         note = textwrap.fill(f"Your instance is given the reference's initial parameters by name: make {named} in "
                              f"__init__, with these names.", 96)
-        doc = _docstring(f"{inspect.getdoc(value) or ''}\n\n{note}".strip(), "    ")
-    forward_doc = _docstring(inspect.getdoc(value.forward) if value.forward.__doc__ else None, "        ")
+        doc = _docstring(f"{own_doc(value)}\n\n{note}".strip(), "    ")
+    forward_doc = _docstring(own_doc(value.forward), "        ")
+    methods = {f.name: f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     call = ", ".join(["self", *(p.signature() for p in graded.call_params)])
     own = ", ".join(["self", *(p.signature() for p in graded.params)])
+    init = _signature(source, methods["__init__"], "    ") if "__init__" in methods else f"({own}):"
+    forward = _signature(source, methods["forward"], "    ") if "forward" in methods else f"({call}):"
     return (f"\n\nclass {graded.name}({bases}):\n{doc}\n"
-            f"    def __init__({own}):\n        super().__init__()\n"
+            f"    def __init__{init}\n        super().__init__()\n"
             f'        raise NotImplementedError("{graded.name}.__init__")\n\n'
-            f"    def forward({call}):\n{forward_doc}"
+            f"    def forward{forward}\n{forward_doc}"
             f'        raise NotImplementedError("{graded.name}.forward")\n')
+
+
+def _signature(source, node, indent):
+    """The text of a ``def``'s signature as the reference writes it, from its opening parenthesis to the colon:
+    ``(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:`` (annotations, defaults and line breaks as
+    written; a continuation line re-indented under ``indent``)."""
+    lines = source.splitlines(keepends=True)
+    start = sum(len(line) for line in lines[:node.lineno - 1]) + node.col_offset
+    body = node.body[0]
+    end = sum(len(line) for line in lines[:body.lineno - 1]) + body.col_offset
+    text = source[start:end]
+    opening = text.index("(", text.index(node.name) + len(node.name))
+    depth, close = 0, None
+    for position, token in enumerate(text[opening:], opening):  # the colon after the matching parenthesis
+        if token in "([{":
+            depth += 1
+        elif token in ")]}":
+            depth -= 1
+        elif token == ":" and depth == 0:
+            close = position
+            break
+    signature = text[opening:close + 1] if close is not None else "(" + ast.unparse(node.args) + "):"
+    first, *rest = signature.split("\n")
+    own = len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip())
+    return "\n".join([first, *(indent + line[own:] if line[:own].isspace() else line for line in rest)])
 
 
 def _layers(node):

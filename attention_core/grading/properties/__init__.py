@@ -25,6 +25,7 @@ import warnings
 import torch
 
 from attention_core import instances
+from attention_core.grading import worth
 from attention_core.grading.properties.model import (  # noqa: F401 (the room's interface)
     PREFIX,
     Base,
@@ -35,9 +36,12 @@ from attention_core.grading.properties.model import (  # noqa: F401 (the room's 
     PropertyItem,
     is_property,
     second_calls,
+    shapes_of,
 )
 from attention_core.grading.properties.relations import GENERIC, KINDS
 from attention_core.harness.checking.results import CallFailed, Status
+from attention_core.harness.reading.settings import PROPERTY_POINTS
+from attention_core.harness.text import first_given
 
 SEED = 20240917  # the inputs' draws: fixed, so every student and every regrade gets the same
 BASES_PER_NAME = 2  # a teacher's name: the arguments of this many of its graded checks
@@ -134,8 +138,14 @@ def teacher_bases(assignment, items, preparation):
 def probes(assignment, items, preparation=None, points=None):
     """The properties of ``assignment`` that its reference holds, one Probe per graded name and kind, for the
     names that its checks ``items`` grade; each worth ``points`` (default: the assignment's ``property_points``),
-    unless ``checks:`` gives its id other points."""
-    points = assignment.settings.property_points if points is None else points
+    unless ``checks:`` gives its id other points. None given anywhere: the built-in spec's properties are worth
+    PROPERTY_POINTS each, a teacher's are feedback worth 0 (the teacher's points are what the teacher gives);
+    0 given: none."""
+    points = first_given(points, assignment.settings.property_points)
+    if points == 0:
+        return []
+    feedback = points is None and not assignment.builtin  # shown, worth nothing
+    points = 0.0 if feedback else float(first_given(points, PROPERTY_POINTS))
     if assignment.builtin:
         bases = builtin_bases()
     else:
@@ -164,20 +174,26 @@ def probes(assignment, items, preparation=None, points=None):
             if kind == "permutation_rows" and "permutation" in parts_of:
                 continue  # the same relation, read on the rows alone
             found.append(Probe(name, kind, KINDS[kind].title, parts, points))
+    kept = []
     for probe in found:
-        override = assignment.settings.override(probe.id)
-        if override.points is not None:
-            probe.points = float(override.points)
-    return [p for p in found if p.points > 0]
+        probe.points, given = worth.property_points(assignment, probe.id, probe.points)
+        if probe.points > 0 or (feedback and not given):
+            kept.append(probe)
+    return kept
 
 
 def _reference_holds(part, functions):
-    """Whether the reference holds ``part`` (a relation it breaks, or inputs it cannot take, is no property)."""
+    """Whether the reference holds ``part`` (a relation it breaks, or inputs it cannot take, is no property);
+    where it does, its results' shapes are the ones ``part`` asks of every submission."""
+    probe = Probe("", "", "", [part])
     try:  # (a call that raises is the relation's failure; a relation that cannot read the results, too)
-        (verdict,) = evaluate([Probe("", "", "", [part])], functions).values()
+        values = _values([probe], functions)
+        holds = probe.verdict(values)[1] is None
     except Exception:  # noqa: BLE001
         return False
-    return verdict[1] is None
+    if holds:
+        part.shapes.update({c: shapes_of(values[c]) for c in part.calls})
+    return holds
 
 
 def _reference_call(functions, call):
@@ -190,12 +206,18 @@ def _reference_call(functions, call):
 def evaluate(found, functions):
     """probe id -> (status, message) of each of ``found`` on ``functions`` (name -> callable, run here: a
     reference, a generated mutant); (None, None) where the property holds."""
+    values = _values(found, functions)
+    return {p.id: p.verdict(values) for p in found}
+
+
+def _values(found, functions):
+    """Call -> its value (or CallFailed) for every call of ``found``, the second round trip's too."""
     values = {}
     for call in {id(c): c for p in found for c in p.calls}.values():
         values[call] = _outcome(functions, call)
     for call in second_calls(found, values):
         values[call] = _outcome(functions, call)
-    return {p.id: p.verdict(values) for p in found}
+    return values
 
 
 def evaluate_call(functions, call):

@@ -11,6 +11,7 @@ import torch
 
 from attention_core.harness.checking import tolerance
 from attention_core.harness.checking.results import CallFailed
+from attention_core.harness.text import shorten
 
 PREFIX = "properties"
 
@@ -51,6 +52,26 @@ class Part:
     judge: Callable  # (values: list, one per call) -> None or a sentence saying what broke
     then: Callable | None = None  # (values) -> more calls, made in a second round trip, judged with the first's
     base: Base | None = None
+    shapes: dict = field(default_factory=dict, compare=False)  # Call -> its results' shapes, as the reference's
+    later: tuple = ()  # the graded names the second round trip's calls call (``then``'s)
+
+    def check_shapes(self, mine):
+        """Raise Broken where a result of ``mine`` (one value per call) is not shaped as the reference's."""
+        for call, value in zip(self.calls, mine):
+            want = self.shapes.get(call)
+            got = shapes_of(value)
+            if want is None:
+                continue
+            if len(got) != len(want):
+                raise Broken(f"`{call.name}` returned {len(got)} result(s) where {len(want)} are expected")
+            i = next((i for i, (a, b) in enumerate(zip(got, want)) if b is not None and a != b), None)
+            if i is None:
+                continue
+            names = self.base.returns if self.base is not None and call.name == self.base.call.name else ()
+            name = f"`{names[i]}`" if i < len(names) else f"result {i + 1} of `{call.name}`"
+            shown = "not a tensor" if got[i] is None else f"of shape {list(got[i])}"
+            raise Broken(f"{name} is {shown} where shape {list(want[i])} is expected (on these inputs, the "
+                         f"right results have that shape)")
 
 
 @dataclass
@@ -71,6 +92,11 @@ class Probe:
     def calls(self):
         return [c for part in self.parts for c in part.calls]
 
+    @property
+    def names(self):
+        """The graded names this property calls (its own name, and any other its relation needs)."""
+        return {c.name for c in self.calls} | {n for part in self.parts for n in part.later}
+
     def judge(self, values):
         """None where the property holds; else what broke (on which input set). ``values``: Call -> its value
         or CallFailed, the second round trip's calls included (see :func:`second_calls`)."""
@@ -83,6 +109,7 @@ class Probe:
             status = None
             try:
                 mine = [_value(values.get(c)) for c in part.calls]
+                part.check_shapes(mine)
                 if part.then is not None:
                     then = values.get(("then", id(part)), ())
                     if isinstance(then, Exception):
@@ -93,6 +120,9 @@ class Probe:
                 status, broken = failed.status, failed.message
             except Broken as err:
                 broken = str(err)
+            except Exception as err:  # noqa: BLE001 (the reference's results were judged: the difference is these)
+                broken = (f"these results could not be read as this property needs: {type(err).__name__}: "
+                          f"{shorten(str(err), 200)}")
             if broken:
                 where = f" (inputs: {part.base.note})" if part.base is not None and part.base.note else ""
                 return status, broken + where
@@ -114,6 +144,13 @@ def second_calls(probes, values):
                 calls = err
             values[("then", id(part))] = calls
     return more
+
+
+def shapes_of(value):
+    """The shapes of a call's results (a tensor, or a tuple or list of results): None for a result that is no
+    tensor."""
+    values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    return tuple(tuple(v.shape) if isinstance(v, torch.Tensor) else None for v in values)
 
 
 def _value(value):

@@ -41,21 +41,26 @@ def deterministic(base, generator):
 
 
 def batched(base, generator):
-    """A batch of three input sets gives what each gives alone (results compared on their first dimension)."""
+    """A batch gives what each of its entries gives alone (results compared on their first dimension).
+
+    The batch is made along the leading axis the case's own inputs already have (3 dimensions or more),
+    never by adding one: a function written for ``(B, H, T, D)`` is asked for ``(B, H, T, D)``. A batch of
+    one grows to three entries; a larger one has its later entries made different. Inputs of two dimensions
+    have no batch axis to use: no such property.
+    """
     labels = [label for label in base.tokens if argument(base.call, label).ndim >= 3]
     sizes = {argument(base.call, label).shape[0] for label in labels}
-    if labels and len(sizes) == 1 and sizes.pop() >= 2:  # already batched: its entries made different
-        changes = {}
-        for label in labels:
-            t = argument(base.call, label).clone()
+    if not labels or len(sizes) != 1:
+        return None
+    changes = {}
+    for label in labels:
+        t = argument(base.call, label)
+        if t.shape[0] >= 2:
+            t = t.clone()
             t[1:] = fresh(t[1:], generator)
-            changes[label] = t
-    else:
-        labels = [label for label in base.tokens if argument(base.call, label).ndim >= 2]
-        if not labels:
-            return None
-        changes = {label: torch.stack([argument(base.call, label), *(fresh(argument(base.call, label), generator)
-                                                                 for _ in range(2))]) for label in labels}
+        else:
+            t = torch.cat([t, fresh(t, generator), fresh(t, generator)])
+        changes[label] = t
     whole = replaced(base.call, changes)
     size = next(iter(changes.values())).shape[0]
     items = [replaced(base.call, {label: t[i:i + 1] for label, t in changes.items()}) for i in range(size)]
@@ -255,7 +260,7 @@ def split_merge(base, generator):
         if not close(merged, x, dtype):
             return "merge_heads(split_heads(x, n_heads)) did not give back x: the two must be each other's inverse"
         return None
-    return Part((base.call,), judge, then=then, base=base)
+    return Part((base.call,), judge, then=then, base=base, later=("merge_heads",))
 
 
 def constant(base, generator):

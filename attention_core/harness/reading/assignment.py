@@ -95,6 +95,14 @@ class Assignment:
         known = [i.id for i in items] + [f"properties/{name}/{kind}" for name in self.graded for kind in PROPERTY_KINDS]
         return unknown_checks(Path(self.folder) / SETTINGS_FILE, self.settings, known)
 
+    def settings_warnings(self, items):
+        """``file:line:col: ...`` for each setting that is allowed but likely not meant: points of ``checks:``
+        over the points a case file gives (see settings.shadowed_points)."""
+        if self.folder is None or not self.settings.checks:
+            return []
+        from attention_core.harness.reading.settings import shadowed_points  # noqa: PLC0415
+        return shadowed_points(Path(self.folder) / SETTINGS_FILE, self.settings, items)
+
     def returns(self, name):
         return self.graded[name].returns
 
@@ -238,12 +246,12 @@ def read_spec(module, settings):
         if inspect.isfunction(value):
             params = _params(value)
             found.append((_line(value), Graded(name, "function", params, params, _returns(value, settings, name),
-                                               inspect.getdoc(value) or "", _summary(value))))
+                                               own_doc(value), _summary(value))))
         elif isinstance(value, type) and issubclass(value, torch.nn.Module):
             forward = value.forward
             found.append((_line(value), Graded(name, "class", _params(value.__init__, skip_self=True),
                                                _params(forward, skip_self=True), _returns(forward, settings, name),
-                                               inspect.getdoc(value) or "", _summary(value))))
+                                               own_doc(value), _summary(value))))
     return {g.name: g for _, g in sorted(found, key=lambda pair: pair[0])}
 
 
@@ -284,8 +292,10 @@ def _params(function, *, skip_self=False):
     params = list(signature.parameters.values())
     if skip_self and params and params[0].name == "self":
         params = params[1:]
+    written = _written_defaults(function)
     return tuple(spec.Param(p.name, spec.REQUIRED if p.default is inspect.Parameter.empty else p.default,
-                            shown=None if p.default is inspect.Parameter.empty else _shown(p.default))
+                            shown=None if p.default is inspect.Parameter.empty else
+                            written.get(p.name) or _shown(p.default))
                  for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
 
 
@@ -293,8 +303,30 @@ def _shown(default):
     return repr(default) if not isinstance(default, float) else f"{default:g}"
 
 
+def _written_defaults(function):
+    """name -> a parameter's default as the source writes it (``10000.0``, ``1e-5``); {} where unreadable."""
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+        node = ast.parse(source).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return {}
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return {}
+    arguments = node.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
+    return {a.arg: ast.get_source_segment(source, d) for a, d in pairs if ast.get_source_segment(source, d)}
+
+
+def own_doc(value):
+    """The docstring ``value`` itself has, cleaned ("" for a class without one of its own: not nn.Module's)."""
+    doc = vars(value).get("__doc__") if isinstance(value, type) else getattr(value, "__doc__", None)
+    return inspect.cleandoc(doc) if isinstance(doc, str) else ""
+
+
 def _summary(value):
-    doc = inspect.getdoc(value) or ""
+    doc = own_doc(value)
     return doc.strip().split("\n\n")[0].replace("\n", " ")
 
 

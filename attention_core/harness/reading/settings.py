@@ -32,7 +32,8 @@ Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_lengt
 
 class Override(BaseModel):
     """Points, gradient points and visibility of the checks whose id starts with the key (a file, a
-    case ``file/case`` or a check ``file/case/check``); the longest matching key wins."""
+    case ``file/case`` or a check ``file/case/check``); each of the three is taken from the longest
+    matching key that sets it (a key that sets visibility alone leaves the points to a shorter one)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     points: Points | None = None
@@ -57,7 +58,8 @@ class Settings(BaseModel):
     budget: Seconds = Field(BUDGET, description="seconds one submission may take in all")
     mode: Literal["eval", "train"] = Field("eval", description="the mode a module is called in, unless a case "
                                                                 "says 'mode'")
-    property_points: Points = Field(PROPERTY_POINTS, description="points of each property check (0: none)")
+    property_points: Points | None = Field(None, description="points of each property check (0: none; not given: "
+                                                             "shown as feedback worth 0 points)")
     properties: dict[Identifier, list[Literal[PROPERTY_KINDS]]] = Field(
         default_factory=dict, description="per graded name, the properties it is checked for (default: every "
                                           "one its reference holds; [] for none)")
@@ -65,13 +67,23 @@ class Settings(BaseModel):
         default_factory=dict, description="per file, case or check: points, gradient_points, visibility")
 
     def override(self, check_id):
-        """The most specific override for ``check_id`` (``file/case/check``), or an empty one."""
+        """What ``checks:`` sets for ``check_id`` (``file/case/check``, or a property's id): each key from the
+        most specific entry that sets it; an empty Override where none does."""
+        return Override(**{key: value for key, (value, _) in self.overriding(check_id).items()})
+
+    def overriding(self, check_id):
+        """key -> (its value, the ``checks:`` entry it comes from) for each key ``checks:`` sets for ``check_id``."""
         parts = check_id.split("/")
+        found = {}
         for n in range(len(parts), 0, -1):
-            found = self.checks.get("/".join(parts[:n]))
-            if found is not None:
-                return found
-        return Override()
+            entry = self.checks.get("/".join(parts[:n]))
+            if entry is None:
+                continue
+            for key in Override.model_fields:
+                value = getattr(entry, key)
+                if value is not None and key not in found:
+                    found[key] = (value, "/".join(parts[:n]))
+        return found
 
 
 class SettingsError(ValueError):
@@ -96,6 +108,31 @@ def unknown_checks(path, settings, check_ids):
         hint = f"; did you mean {close[0]!r}?" if close else ""
         problems.append(f"{escape(str(path))}:{line}:{column}: checks: {shorten(key)!r} names no file, case or check "
                         f"of the assignment's cases{hint}")
+    return problems
+
+
+def shadowed_points(path, settings, items):
+    """``file:line:col: ...`` for each key of ``checks:`` in ``path`` whose points replace points that a case file
+    gives its checks (``items``, loaded): the case file's own number is then never used."""
+    shadowing = {}
+    for item in items:
+        if item.error is not None or item.check.kind != "call":
+            continue
+        found = settings.overriding(item.id).get("points")
+        if found is not None and float(found[0]) != float(item.check.points) and \
+                float(item.check.points) != float(settings.points):
+            shadowing.setdefault(found[1], []).append(item)
+    if not shadowing:
+        return []
+    tree = yaml_lines.read(Path(path), escape(str(path)))
+    problems = []
+    for key, shadowed in shadowing.items():
+        line, column = yaml_lines.locate(tree, ("checks", key), key=True)
+        first = shadowed[0]
+        more = f" (and {len(shadowed) - 1} more checks)" if len(shadowed) > 1 else ""
+        problems.append(f"{escape(str(path))}:{line}:{column}: checks: {shorten(key)!r} gives "
+                        f"{settings.checks[key].points:g} points to {shorten(first.id, 120)}{more}, over the "
+                        f"{first.check.points:g} its case file gives: the case file's number is not used")
     return problems
 
 
