@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", type=Path, required=True, metavar="DIR",
                        help="write DIR/submissions/<id>/results.json (Gradescope's format; <id>: the submission's "
                             "path) and DIR/gradebook.csv")
+    grade.add_argument("--entry", default=None, metavar="FILE",
+                       help="each SUBMISSION folder is one submission, imported from this file of it (default: a "
+                            "folder whose files each define the graded names is a batch, one submission each; one "
+                            "whose files import one another is one, from the file that holds the most names)")
     grade.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
     grade.add_argument("--regrade", action="store_true",
                        help="grade every submission again, also those whose record in --out shows them unchanged")
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                                  property_points=args.property_points)
         return grade_command(args.submissions, args.out, assignment=getattr(args, "assignment", None),
                              cases=getattr(args, "cases", None), jobs=args.jobs, options=options,
-                             regrade=args.regrade, roster=args.roster)
+                             regrade=args.regrade, roster=args.roster, entry=args.entry)
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])

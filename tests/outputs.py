@@ -13,3 +13,10 @@ def folder(out, name):
 def last_part(submission_id):
     """A submission id's last part (``subs/dirA/alice`` -> ``alice``)."""
     return submission_id.rsplit("/", 1)[-1]
+
+
+def report(out, name):
+    """The teacher's report of the submission whose id ends in ``name`` (apart from the student's files)."""
+    found = [p for p in Path(out, "reports").rglob("report.html") if p.parent.name == name]
+    assert len(found) == 1, f"{len(found)} reports named {name!r} in {out}"
+    return found[0]

@@ -24,7 +24,7 @@ from attention_core.grading import mutants
 from attention_core.grading.grader import Grader
 from attention_core.grading.template import template
 from attention_core.harness.checking import runner
-from tests.outputs import folder, last_part
+from tests.outputs import folder, last_part, report
 
 pytestmark = pytest.mark.grading
 
@@ -295,8 +295,10 @@ def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # neither the project nor the course folder
     assert main(["grade", str(tmp_path / "student.py"), "--cases", str(course / "cases"), "--out", "out"]) == 0
+    assert not (folder(elsewhere / "out", "student") / "report.html").exists()  # the student's folder: theirs
     for written in ("results.json", "report.html"):
-        text = (folder(elsewhere / "out", "student") / written).read_text(encoding="utf-8")
+        text = (folder(elsewhere / "out", "student") / written if written == "results.json"
+                else report(elsewhere / "out", "student")).read_text(encoding="utf-8")
         # The teacher's report names the case file from its folder; a student's feedback names none.
         assert (f"cases/{shipped.name}:" in text) == (written == "report.html"), written
         assert str(course) not in text and str(runner.default_cases_folder().parent) not in text, written

@@ -15,7 +15,7 @@ from attention_core.harness.checking import compare
 from attention_core.harness.checking.results import Failure, Result, Status
 from attention_core.report import figures, heatmap
 from test_heatmap import cell_fills, luminance
-from tests.outputs import folder
+from tests.outputs import folder, report
 
 ELIDED_ONES = "\n".join(  # torch's print of ones(40, 40), its last element changed to 0
     ["tensor([[1., 1., 1.,  ..., 1., 1., 1.],"]
@@ -216,7 +216,7 @@ def test_grading_writes_a_report_and_html_feedback_with_heatmaps_within_the_cap(
     path.write_text(mutants.submission_source(mutants.BY_NAME["mask_inverted"]), encoding="utf-8")
     assert main(["grade", str(path), "--out", str(tmp_path / "out")]) == 0
     results = json.loads((folder(tmp_path / "out", "inverted") / "results.json").read_text(encoding="utf-8"))
-    page = (folder(tmp_path / "out", "inverted") / "report.html").read_text(encoding="utf-8")
+    page = report(tmp_path / "out", "inverted").read_text(encoding="utf-8")
     assert_self_contained(page)
     tests = {t["name"]: t for t in results["tests"]}
     p_attn = tests["000_attention_explained/version3_p_attn/p_attn"]

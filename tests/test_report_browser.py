@@ -19,7 +19,7 @@ import torch
 from attention_core.cli import main
 from attention_core.grading import mutants
 from attention_core.harness.checking import runner
-from tests.outputs import folder
+from tests.outputs import folder, report
 
 pytestmark = [pytest.mark.grading, pytest.mark.browser]
 
@@ -79,7 +79,7 @@ def graded(tmp_path_factory, browser):
 @pytest.fixture(scope="module")
 def inverted(browser, graded):
     """The inverted-mask mutant's report, open in the browser."""
-    browser.get((folder(graded, "mutant_mask_inverted") / "report.html").as_uri())
+    browser.get(report(graded, "mutant_mask_inverted").as_uri())
     return browser
 
 

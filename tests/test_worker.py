@@ -209,7 +209,7 @@ def test_a_folder_submission_imports_its_own_helpers(worker, tmp_path):
     with worker.open(tmp_path) as chosen:  # no entry named: the one file that defines a graded name
         assert chosen.call("causal_average", (torch.ones(2),)).value.tolist() == [2.0, 2.0]
     (tmp_path / "solution.py").write_text("from helpers import double\n")
-    with pytest.raises(ValueError, match="say which file is the submission"):
+    with pytest.raises(ValueError, match="none of its 2 files defines a graded name"):
         worker.open(tmp_path)
 
 

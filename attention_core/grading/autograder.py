@@ -112,8 +112,8 @@ def run(root=ROOT, time_limit=TIME_LIMIT):
 
     def grade():
         try:
-            with Grader(**_bundled(os.environ.get("ATTENTION_ASSIGNMENT"))) as grader:
-                grader.grade(_entry(submission), into=graded)
+            with Grader(**_bundled(os.environ.get("ATTENTION_ASSIGNMENT")), entry=_entry(submission)) as grader:
+                grader.grade(submission, into=graded)
         except BaseException:  # a fault of the grading machinery: reported, never a crash without results
             problem.append(traceback.format_exc(limit=3))
         finally:
@@ -144,16 +144,11 @@ def _bundled(folder):
 
 
 def _entry(submission):
-    """The file to grade: the hand-out's file name, else the folder's only ``.py`` file, else its only
-    notebook, else the folder."""
+    """The submission folder's entry file: the hand-out's file name where it is there (the folder's other files
+    beside it, for it to import), else None: the grader finds it by the one rule of folders (``folders.read``),
+    or says why it cannot."""
     own = submission / FILE_NAME
-    if own.exists():
-        return own
-    for pattern in ("*.py", "*.ipynb"):
-        files = sorted(submission.glob(pattern))
-        if len(files) == 1:
-            return files[0]
-    return submission
+    return FILE_NAME if own.is_file() and not own.is_symlink() else None
 
 
 if __name__ == "__main__":

@@ -90,11 +90,26 @@ class BackwardChecks:
             return Status.FAILED, failures
         for label, want in golden.items():
             got = (outcome.grads or {}).get(label)
-            target = f"d/d{_label(label, name, self.assignment)}"
+            shown = _label(label, name, self.assignment)
+            target = f"d/d{shown}"
+            depends = bool(want.abs().max() > 0) if want.numel() else False
+            if got is None and isinstance(label, str) and label.startswith("self.") and depends:
+                failures.append(Failure(target, item.check.line, compare.Mismatch(
+                    "gradient", f"your `{name}` never uses its parameter `{label.removeprefix('self.')}`: its gradient "
+                                f"is None, where the right results "
+                                f"depend on it (use it in forward; a `.detach()` of it would cut it off the same "
+                                f"way)")))
+                continue
             if got is None:
                 failures.append(Failure(target, item.check.line, compare.Mismatch(
-                    "gradient", f"no gradient reaches {_label(label, name, self.assignment)}: the computation leaves autograd "
-                                f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`)")))
+                    "gradient", f"no gradient reaches {shown}: the computation leaves autograd "
+                                f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`), "
+                                f"or never uses it")))
+                continue
+            if values and depends and got.shape == want.shape and got.numel() and bool(got.abs().max() == 0):
+                failures.append(Failure(target, item.check.line, compare.Mismatch(
+                    "gradient", f"your results do not depend on {shown}: its gradient is 0 everywhere, where the "
+                                f"right results' is not (is it used, or multiplied by 0?)"), tuple(got.shape)))
                 continue
             if not values:
                 mismatch = None if got.shape == want.shape else compare.Mismatch(

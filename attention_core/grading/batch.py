@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from attention_core.grading import gradescope, ids, lms, records
+from attention_core.grading import folders, gradescope, ids, lms, records
 from attention_core.grading.properties.model import is_property
 from attention_core.harness.reading.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning
@@ -40,12 +40,14 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = None, cases: Path | None = None,
                   jobs: int = 1, options: GradingOptions | None = None, regrade: bool = False,
-                  roster: Path | None = None, stream: TextIO | None = None, report: TextIO | None = None) -> int:
+                  roster: Path | None = None, entry: str | None = None, stream: TextIO | None = None,
+                  report: TextIO | None = None) -> int:
     """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one)
     with ``options`` (time limits and points over the assignment's settings);
     print one line per submission (to ``report``, stdout by default: the score table a teacher may redirect),
-    the progress bar and warnings to ``stream`` (stderr). Exit 0 whenever grading completed; 2 when there is
-    nothing to grade with (no graded check loads)."""
+    the progress bar and warnings to ``stream`` (stderr). A folder is one submission or a batch of them as
+    ``folders.read`` tells (``entry``: each folder is one submission, imported from that file). Exit 0 whenever
+    grading completed; 2 when there is nothing to grade with (no graded check loads) or a folder is ambiguous."""
     stream, report = stream or sys.stderr, report or sys.stdout
     missing = [p for p in paths if not p.exists() and not p.is_symlink()]  # a link is graded: 0, and why
     if missing:
@@ -74,6 +76,10 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
         print(f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
               f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
               file=stream)
+    paths, ambiguous = _submissions_in(paths, chosen.names, entry)
+    if ambiguous:
+        print(f"error: {ambiguous}", file=stream)
+        return 2
     firsts: dict[str, Path] = {}
     for path in paths:  # a path given twice (``a.py ./a.py``) is one submission
         firsts.setdefault(ids.same_file_key(path), Path(path))
@@ -83,16 +89,35 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
         # A platform's files of one student: one submission, gathered into --out.
         paths, owned, shown = lms.gathered(list(firsts.values()), out / lms.GATHERED)
         return _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases,
-                             assignment, options or GradingOptions())
+                             assignment, options or GradingOptions(), entry)
+
+
+def _submissions_in(paths, names, entry):
+    """(``paths`` with each folder that holds a batch replaced by its submissions, why one cannot be told or
+    ""); a platform's download (its files named by the platform) is a batch as it is."""
+    found = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_dir() or path.is_symlink():
+            found.append(path)
+            continue
+        reading = folders.read(path, names, entry)
+        if reading.kind == "ambiguous" and entry is None and any(lms.owner_of(p) for p in path.iterdir()):
+            reading = folders.Reading("batch", members=tuple(sorted(p for p in path.iterdir() if p.is_file())))
+        if reading.kind == "ambiguous":
+            return [], reading.why
+        found += list(reading.members) if reading.kind == "batch" else [path]
+    return found, ""
 
 
 def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, assignment,
-                  options):
+                  options, entry):
     names = ids.submission_ids(paths, shown)
     owners = {name: owned.get(path) for path, name in zip(paths, names)}
     out.mkdir(parents=True, exist_ok=True)
-    key = records.batch_key(chosen, {**options.as_dict(), "assignment": str(assignment), "cases": str(cases)})
-    made = dict(assignment=assignment, options=options)  # what each grader is made with
+    key = records.batch_key(chosen, {**options.as_dict(), "assignment": str(assignment), "cases": str(cases),
+                                     "entry": entry})
+    made = dict(assignment=assignment, options=options, entry=entry)  # what each grader is made with
     digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}
     kept = {} if regrade else {name: _kept(ids.folder_of(out, name), name, digests[name]) for name in names}
     todo = [(path, name) for path, name in zip(paths, names) if kept.get(name) is None]
@@ -161,8 +186,8 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
         print(f"warning: the grader failed on {len(failed)} submission{'s' * (len(failed) != 1)} (a fault of the "
               f"grader, not theirs; each scores 0 and says why in its results.json; the next run grades them "
               f"again): {escape(', '.join(failed[:5]))}" + (" …" if len(failed) > 5 else ""), file=stream)
-    print(f"wrote {out / ids.SUBMISSIONS / '<id>' / 'results.json'}, {out / ids.SUBMISSIONS / '<id>' / 'report.html'}, "
-          f"{out / 'gradebook.csv'}, "
+    print(f"wrote {out / ids.SUBMISSIONS / '<id>' / 'results.json'} (the student's), "
+          f"{out / ids.REPORTS / '<id>' / 'report.html'} (the teacher's), {out / 'gradebook.csv'}, "
           f"{out / 'summary.csv'} and {out / 'summary.html'}",
           file=report)
     return code
@@ -263,26 +288,27 @@ class Score:
 
 
 def _write(graded, name, out):
-    """Write a graded submission's results.json and report.html; its Scores. Should its drawings or page fail
+    """Write a graded submission's results.json (the student's) and report.html (the teacher's); its Scores. Should its drawings or page fail
     (whatever it returned), they are written without pictures; should that fail too, it is the grader's
     failure on this submission alone."""
     graded.name = name
-    folder = ids.folder_of(out, name)
+    folder, teachers = ids.folder_of(out, name), ids.folder_of(out, name, ids.REPORTS)
+    teachers.mkdir(parents=True, exist_ok=True)
     try:
         drawings = Drawings()  # each failed check drawn once, for results.json and report.html
         gradescope.write_results(graded, folder, drawings=drawings)
-        (folder / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
+        (teachers / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
     except Exception:  # noqa: BLE001
         try:
             gradescope.write_results(graded, folder)
-            (folder / "report.html").write_text(submission_page(graded), encoding="utf-8")
+            (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
         except Exception as err:  # noqa: BLE001
             graded.error = graded.error or (f"this submission's results could not be written: the grader failed "
                                             f"on them ({type(err).__name__}: {shorten(str(err), 200)})")
             graded.grades = []
             graded.note = graded.error
             gradescope.write_results(graded, folder)
-            (folder / "report.html").write_text(submission_page(graded), encoding="utf-8")
+            (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
     return Scores(name, graded.score, graded.max_score, graded.protections,
                   [Score(g.check_id, g.score, g.max_score, _mistakes(g.diagnosis)) for g in graded.grades],
                   graded.error)

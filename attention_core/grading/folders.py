@@ -7,10 +7,13 @@ graded (a batch's arguments, a submission's entry file, the Gradescope and platf
 * a package (``__init__.py``), or a folder with one ``.py`` file or one notebook: one submission;
 * files that import from one another: one submission (a student's project), whose entry is the file
   that defines or imports the most of the graded names (then the most it defines itself);
+* otherwise, one file that defines graded names beside files that define none (notes, helpers it does
+  not import): one submission, that file its entry;
 * otherwise files that each define graded names: a batch, one submission each (as otter-grader reads
   a folder of students' files); a folder of folders (or zips) alone: a batch of them;
-* anything else is ambiguous (a file that defines none of the graded names beside files that do, two
-  candidate entries): refused before grading, with one line saying what to do (``--entry``).
+* anything else is ambiguous (a file that defines none of the graded names beside several files that
+  do, two candidate entries, no file that defines any): refused before grading, with one line saying
+  what to do (``--entry``).
 """
 
 from __future__ import annotations
@@ -65,14 +68,22 @@ def read(folder, names, entry=None):
         return _project(folder, found, modules, names)
     empty = [p for p, (defined, _) in found.items() if not defined]
     if len(empty) == len(files):
-        return Reading("ambiguous", why=f"{_shown(folder)}: none of its {len(files)} files defines a graded name "
-                                        f"({_names(names)}); grade the file that holds the answers (--entry FILE)")
+        return Reading("ambiguous", why=_none_defined(folder, len(files), names))
+    if len(empty) == len(files) - 1:  # one file holds the answers, the others none: a student's file and notes
+        return Reading("one", entry=next(p for p in files if p not in empty))
     if empty:
         return Reading("ambiguous", why=(
             f"{_shown(folder)}: {_shown(empty[0])} defines none of the graded names while other files do, and no "
             f"file imports another: grade the students' files by name (one submission each), or the folder as one "
             f"submission with --entry FILE"))
     return Reading("batch", members=tuple(files + others))
+
+
+def several(folder, reading):
+    """Why a folder that holds several submissions is not one."""
+    names = ", ".join(p.name for p in reading.members[:4]) + (", …" if len(reading.members) > 4 else "")
+    return (f"{_shown(folder)} holds several submissions ({escape(names)}: each defines the graded names, and none "
+            f"imports another): grade each one, or name the folder's entry file")
 
 
 def _project(folder, found, modules, names):
@@ -85,6 +96,8 @@ def _project(folder, found, modules, names):
                 names_in |= set(found[modules[module]][0]) if imported is None else set(imported) & set(names)
         covered[path] = (len(names_in), len(defined))
     best = max(covered.values())
+    if best[0] == 0:
+        return Reading("ambiguous", why=_none_defined(folder, len(found), names))
     winners = [p for p, c in covered.items() if c == best]
     if len(winners) > 1:
         return Reading("ambiguous", why=(
@@ -92,6 +105,11 @@ def _project(folder, found, modules, names):
             f"{_shown(winners[1])} both hold {best[0]} of the graded names: say which is the submission's "
             f"entry (--entry FILE)"))
     return Reading("one", entry=winners[0])
+
+
+def _none_defined(folder, count, names):
+    return (f"{_shown(folder)}: none of its {count} files defines a graded name ({_names(names)}); say which file "
+            f"holds the answers (--entry FILE)")
 
 
 def _definitions(path, names):

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from attention_core.harness.reading import assignment as assignments
-from attention_core.grading import archives, client, feedback, generated, notebooks, replies, sandbox, wire, worth
+from attention_core.grading import (archives, client, feedback, folders, generated, notebooks, replies, sandbox, wire,
+                                    worth)
 from attention_core.grading.backward import BackwardChecks
 from attention_core.grading.diagnose import Diagnoser, calls_of
 from attention_core.grading import properties
@@ -62,8 +63,10 @@ class Grader(BackwardChecks, PropertyGrades):
     folder of case files for it. A time limit or gradient points given here win over the assignment's.
     """
 
-    def __init__(self, cases=None, *, assignment=None, options: GradingOptions | None = None, **given):
-        """``options`` (or its fields given one by one: ``call_timeout=2``) over the assignment's settings."""
+    def __init__(self, cases=None, *, assignment=None, options: GradingOptions | None = None, entry=None, **given):
+        """``options`` (or its fields given one by one: ``call_timeout=2``) over the assignment's settings;
+        ``entry``: the file a folder submission is imported from (default: the one ``folders.read`` finds)."""
+        self.entry = entry
         self.assignment = assignment = assignments.resolve(assignment, cases)
         if options is not None and given:
             raise TypeError(f"Grader takes options or {', '.join(given)}, not both")
@@ -165,14 +168,21 @@ class Grader(BackwardChecks, PropertyGrades):
             return None, (f"the submission could not be opened: {escape(str(link))} is a symbolic link; a submission "
                           f"is read as data, and its links are never followed"), False
         try:
+            entry = None
             if archives.is_zip(path):  # unpacked here under bounds, then graded as what it holds
                 path = archives.unpack(path, tempfile.mkdtemp(dir=self._notebooks.name))
-            if path.is_dir() and not any(path.glob("*.py")):
-                inside = sorted(path.glob("*.ipynb"))
-                path = inside[0] if len(inside) == 1 else path  # a folder holding one notebook: that notebook
+            if path.is_dir():  # the one rule of folders: its entry file, or why it is not one submission
+                reading = folders.read(path, self.assignment.names, self.entry)
+                if reading.kind != "one":
+                    return None, f"the submission could not be opened: {reading.why or folders.several(path, reading)}", \
+                        False
+                if notebooks.is_notebook(reading.entry):
+                    path = reading.entry  # a folder whose submission is a notebook: that notebook
+                else:
+                    entry = str(reading.entry.relative_to(path))
             if notebooks.is_notebook(path):
                 path = notebooks.write_module(path, tempfile.mkdtemp(dir=self._notebooks.name))
-            return self._worker.open(path, start=False), "", False
+            return self._worker.open(path, entry=entry, start=False), "", False
         except ValueError as err:  # a folder with no single entry module; a notebook that cannot be read
             return None, f"the submission could not be opened: {err}", False
         except client.WorkerError as err:  # the grading server failed: this submission fails, the batch goes on

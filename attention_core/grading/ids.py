@@ -23,6 +23,7 @@ from attention_core.grading import archives, notebooks
 from attention_core.harness.text import escape
 
 SUBMISSIONS = "submissions"
+REPORTS = "reports"
 OWN_FILES = frozenset({"results.json", "results.json.partial", "report.html", "record.json", "record.json.partial"})
 _NAME_BYTES, _ID_BYTES = 255, 1024  # a file name's limit on Linux; an id's, well below a path's (4096)
 
@@ -47,16 +48,18 @@ def submission_ids(paths, shown=None, cwd=None):
     return ids
 
 
-def folder_of(out, submission_id):
-    """The folder of ``submission_id``'s files in ``out``."""
+def folder_of(out, submission_id, root=None):
+    """The folder of ``submission_id``'s files in ``out``: under ``out/submissions`` (what is the student's), or
+    ``root`` (``REPORTS``: the teacher's report, with the case files and lines of every check)."""
+    root = root or SUBMISSIONS
     parts = submission_id.split("/")
     first = []
     if submission_id.startswith("/"):
         first, parts = ["%root"], parts[1:]
     folders = [_folder_name(part) for part in parts]
     if any(len(os.fsencode(f)) > _NAME_BYTES for f in folders) or len(os.fsencode(submission_id)) > _ID_BYTES:
-        return Path(out, SUBMISSIONS, "%long", hashlib.sha256(submission_id.encode("utf-8", "replace")).hexdigest())
-    return Path(out, SUBMISSIONS, *first, *folders)
+        return Path(out, root, "%long", hashlib.sha256(submission_id.encode("utf-8", "replace")).hexdigest())
+    return Path(out, root, *first, *folders)
 
 
 def _folder_name(part):

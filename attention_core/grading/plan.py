@@ -8,7 +8,6 @@ editable install's finder), wherever the installation put them. Nothing else: no
 not the output folder, not the other submissions. And the limits a submission runs under.
 """
 
-import ast
 import importlib.metadata
 import importlib.util
 import os
@@ -16,6 +15,7 @@ import sys
 from pathlib import Path
 
 import attention_core
+from attention_core.grading import folders
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 TMP_SIZE = 64 << 20  # bytes of each private tmpfs (/tmp, /dev/shm, $HOME), and of the submission's copy
@@ -51,18 +51,19 @@ def with_submission(base, path, scratch):
 def resolve(path, entry, names=()):
     """(entry file, root folder, module name, is a package) for a submission at ``path``.
 
-    A folder's entry is its ``__init__.py``, else its only ``.py`` file, else the one file that defines
-    (at its top level) the most of the graded ``names``: read as text, never run."""
+    A folder's entry is ``entry``, else the one :func:`folders.read` finds (its files read as text, never
+    run); a folder it reads as several submissions, or cannot tell, raises ValueError saying why."""
     path = path.resolve()
     if path.is_file():
         return path, path.parent, path.stem, False
     if entry is None:
-        top = sorted(p.name for p in path.glob("*.py"))
-        entry = "__init__.py" if "__init__.py" in top else top[0] if len(top) == 1 else _defining(path, top, names)
-        if entry is None:
-            raise ValueError(f"{path}: say which file is the submission (entry=); it holds {top or 'no .py file'}, "
-                             f"and no one of them defines more of the graded names ({', '.join(names)}) than the "
-                             f"others")
+        reading = folders.read(path, names)
+        if reading.kind == "one" and reading.entry.suffix != ".py":
+            raise ValueError(f"{path}: its entry {reading.entry.name} is a notebook: the grader runs a notebook's "
+                             f"code cells as a module of their own")
+        if reading.kind != "one":
+            raise ValueError(reading.why or folders.several(path, reading))
+        entry = reading.entry.name
     file = path / entry
     if entry == "__init__.py":
         return file, path, path.name, True
@@ -114,23 +115,3 @@ def _inside(paths, binds):
 
 def _under(path, folder):
     return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-
-DEFINING_LIMIT = 1 << 20  # bytes of a file read to find which one defines the graded names
-
-
-def _defining(folder, files, names):
-    """The one file of ``files`` that defines the most of ``names`` at its top level; None on a tie or none."""
-    counts = {}
-    for name in files:
-        try:
-            with open(folder / name, "rb") as handle:
-                tree = ast.parse(handle.read(DEFINING_LIMIT))
-        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        counts[name] = len(defined & set(names))
-    best = max(counts.values(), default=0)
-    winners = [n for n, c in counts.items() if c == best]
-    return winners[0] if best > 0 and len(winners) == 1 else None

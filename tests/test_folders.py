@@ -1,0 +1,84 @@
+"""A folder is what the teacher means: one submission, a batch of students' files, or a question asked before
+anything is graded (folders.py, the one rule)."""
+
+import io
+import json
+
+import pytest
+
+from attention_core.grading import folders
+from attention_core.grading.batch import grade_command
+from tests.outputs import last_part
+
+NAMES = ("softmax", "attention", "layer_norm")
+FULL = "def softmax(x):\n    pass\n\ndef attention(q):\n    pass\n\ndef layer_norm(x):\n    pass\n"
+
+
+def _folder(tmp_path, files):
+    folder = tmp_path / "f"
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_files_that_each_define_the_graded_names_are_a_batch_one_submission_each(tmp_path):
+    folder = _folder(tmp_path, {"alice.py": FULL, "bob.py": "def softmax(x):\n    pass\n", "carol.ipynb": json.dumps(
+        {"cells": [{"cell_type": "code", "source": ["!pip install x\n", "def attention(q):\n", "    pass\n"]}]})})
+    reading = folders.read(folder, NAMES)
+    assert reading.kind == "batch" and [p.name for p in reading.members] == ["alice.py", "bob.py", "carol.ipynb"]
+
+
+def test_files_that_import_one_another_are_one_submission_entered_by_the_file_holding_the_most_names(tmp_path):
+    folder = _folder(tmp_path, {"helpers.py": "def softmax(x):\n    pass\n",
+                                "main.py": "from helpers import *\n\ndef attention(q):\n    pass\n",
+                                "test_mine.py": "from main import attention\n"})
+    reading = folders.read(folder, NAMES)
+    assert reading.kind == "one" and reading.entry.name == "main.py"
+
+
+def test_a_package_one_file_or_one_notebook_is_one_submission(tmp_path):
+    assert folders.read(_folder(tmp_path / "a", {"__init__.py": "", "x.py": FULL}), NAMES).entry.name == "__init__.py"
+    assert folders.read(_folder(tmp_path / "b", {"anything.py": "import torch\n"}), NAMES).entry.name == "anything.py"
+    assert folders.read(_folder(tmp_path / "c", {"n.ipynb": "{}", "data.txt": "1"}), NAMES).entry.name == "n.ipynb"
+
+
+@pytest.mark.parametrize("files, said", [
+    ({"alice.py": FULL, "bob.py": FULL, "notes.py": "x = 1\n"},
+     "notes.py defines none of the graded names while other files do"),
+    ({"a.py": "x = 1\n", "b.py": "y = 2\n"}, "none of its 2 files defines a graded name"),
+    ({"a.py": "from b import *\n", "b.py": "from a import *\n"}, "none of its 2 files defines a graded name"),
+    ({"a.py": "from b import *\n" + FULL, "b.py": "from a import *\n" + FULL}, "say which is the submission's entry"),
+])
+def test_a_folder_that_cannot_be_told_is_a_question_naming_what_to_do(tmp_path, files, said):
+    reading = folders.read(_folder(tmp_path, files), NAMES)
+    assert reading.kind == "ambiguous" and said in reading.why and "\n" not in reading.why
+
+
+def test_one_file_of_answers_beside_notes_is_one_submission_and_the_teacher_may_name_the_entry(tmp_path):
+    folder = _folder(tmp_path, {"alice.py": FULL, "notes.py": "x = 1\n"})
+    assert folders.read(folder, NAMES).entry.name == "alice.py"
+    folder = _folder(tmp_path / "b", {"alice.py": FULL, "bob.py": FULL, "notes.py": "x = 1\n"})
+    assert folders.read(folder, NAMES, entry="alice.py").entry.name == "alice.py"
+    assert "no such file" in folders.read(folder, NAMES, entry="nothing.py").why
+
+
+def test_an_ambiguous_folder_is_refused_before_anything_is_graded(tmp_path):
+    folder = _folder(tmp_path, {"alice.py": FULL, "bob.py": FULL, "notes.py": "x = 1\n"})
+    stream = io.StringIO()
+    assert grade_command([folder], tmp_path / "out", stream=stream, report=io.StringIO()) == 2
+    assert stream.getvalue().count("\n") == 1 and "--entry FILE" in stream.getvalue()
+    assert not (tmp_path / "out" / "gradebook.csv").exists()
+
+
+@pytest.mark.grading
+def test_a_folder_of_students_files_is_graded_one_row_each(tmp_path):
+    from attention_core import reference  # noqa: PLC0415
+    with open(reference.__file__, encoding="utf-8") as handle:
+        source = handle.read()
+    folder = _folder(tmp_path, {"alice.py": source, "bob.py": source.replace("math.sqrt(", "(")})
+    report = io.StringIO()
+    assert grade_command([folder], tmp_path / "out", stream=io.StringIO(), report=report) == 0
+    scores = {last_part(line.split()[0]): line.split()[1:4] for line in report.getvalue().splitlines()
+              if " / " in line and line.startswith(str(folder))}
+    assert set(scores) == {"alice", "bob"} and scores["alice"][0] == scores["alice"][2] != scores["bob"][0]
