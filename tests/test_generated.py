@@ -98,9 +98,10 @@ def test_mistakes_written_apart_from_the_reference_are_named_or_given_with_what_
     # could be, the right one among them
     (keys_T,) = said["m07_causal_keys_dot_T"]
     assert keys_T.startswith("Possible mistakes") and "`.T` where `.transpose(1, 2)` belongs" in keys_T
-    # scaling by sqrt(d_out) gives what reading the size from shape[1] gives on every case: both are said
+    # scaling by sqrt(d_out) gives what reading the size from shape[1] gives on every case; further inputs of the
+    # same shapes (other values) tell them apart: the one that also gives the student's results there is named
     (scale,) = said["m14_mha_scale_by_dout"]
-    assert scale.startswith("Possible mistakes") and "the square root of `d_out`" in scale
+    assert scale.startswith("Likely mistake: ") and "the square root of `d_out`" in scale
 
 
 def test_making_the_mutants_runs_nothing_of_the_reference_but_its_definitions_again(tmp_path):

@@ -52,6 +52,7 @@ class Diagnoser:
         self.probes = list(probes)  # the assignment's properties: a mutant's verdicts on them are evidence too
         self.reference_functions = reference_functions or {}
         self._verdicts_of = {}  # mutant's name -> {property id: whether it holds}
+        self._further = {}  # graded name -> the further calls that tell the mistakes that fit apart
         self.preparation = preparation or runner.Preparation()
         self._first = _FirstEntry(self.preparation)  # large checks' arguments cut to their first batch entry
         self._results = {}  # (check, mutant, preparation) -> the mutant's named results
@@ -59,8 +60,10 @@ class Diagnoser:
         self._found = {}  # id(result) -> the mutants it matched, while that Result lives (the grader shares it)
         self._large = {}  # check -> whether it is large (an argument over LARGE elements)
 
-    def explain(self, graded):
-        """Fill ``diagnosis`` on every failed grade of a graded submission."""
+    def explain(self, graded, ask=None):
+        """Fill ``diagnosis`` on every failed grade of a graded submission. ``ask(calls)``: the submission's
+        value (or CallFailed) for each of ``calls`` (properties.Call), asked where further inputs must tell
+        the mistakes that fit its checks apart from each other and from what it did (None: not asked)."""
         passed = {g.check_id for g in graded.grades if g.result.passed}
         wrong = {_function_of(g) for g in graded.grades if not g.result.passed and g.item.error is None}
         for grade in graded.grades:
@@ -79,7 +82,7 @@ class Diagnoser:
                 if _raised(grade.result) and wrong & set(self.calls.get(function, ())):
                     found = []  # it raises, and so does a function the reference builds it on: no proof of its own
                 grade.diagnosis = "\n".join(m.told(function) for m in found)
-        self._name_generated(graded.grades)
+        self._name_generated(graded.grades, ask)
         _name_failing_parts(graded.grades, self.calls)
 
     # ---------------------------------------------------------------- mistakes made from the reference
@@ -90,11 +93,12 @@ class Diagnoser:
             self._generated = list(self._generated())
         return self._generated
 
-    def _name_generated(self, grades):
+    def _name_generated(self, grades, ask=None):
         """For each graded name that lost points and that no mistake of the library named: the generated
         mistakes of its code whose results match the student's on every check and property of that name
-        (failing where it fails, with its values; passing where it passes). One sentence between them: it
-        is named on each failed grade of the name; two or three: they are given as what it could be."""
+        (failing where it fails, with its values; passing where it passes), and then on further inputs of
+        the same shapes (``ask``), where the submission's results are asked too. One sentence between them:
+        it is named on each failed grade of the name; two or three: they are given as what it could be."""
         if not self.generated:
             return
         by_name = {}
@@ -107,6 +111,8 @@ class Diagnoser:
             if not failed or any(g.diagnosis for g in failed):
                 continue
             fitting = [m for m in self.generated if generated.owner_of(m) == name and self._fits(m, own)]
+            if fitting and ask is not None:
+                fitting = self._confirmed(name, fitting, ask)
             sentences = list(dict.fromkeys((m.mistake, m.fix) for m in fitting))
             checks = sum(not is_property(g.check_id) for g in own)
             properties_ = len(own) - checks
@@ -147,6 +153,26 @@ class Diagnoser:
             elif isinstance(theirs, dict) or not (_raised(result) and _raised(theirs) and _same_error(result, theirs)):
                 return False
         return True
+
+    def _confirmed(self, name, fitting, ask):
+        """The mistakes of ``fitting`` that also give the submission's results on further inputs of ``name``
+        (each property input set's, drawn again: the same shapes, other values; the same every time)."""
+        from attention_core.grading import properties  # noqa: PLC0415
+        if name not in self._further:
+            self._further[name] = properties.further_calls([p for p in self.probes if p.name == name])
+        calls = self._further[name]
+        if not calls:
+            return fitting
+        theirs = ask(calls)
+        kept = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for mutant in fitting:
+                functions = {**self.reference_functions, **mutant.functions}
+                if all(properties.same_outcome(properties.outcome_of(functions, call), theirs.get(call))
+                       for call in calls):
+                    kept.append(mutant)
+        return kept
 
     def _holds(self, mutant, property_id):
         if mutant.name not in self._verdicts_of:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from attention_core.harness.reading import assignment as assignments
 from attention_core.grading.mutants import Mutant
+from attention_core.grading.operators import operators
 from attention_core.grading.slips import Context, Slip, context_of, slips
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # made again; the rest is the import's
@@ -61,6 +62,7 @@ def places(tree, graded):
         owner = owners.get(id(node))
         if owner is not None:
             found += [Place(owner, index, slip) for slip in slips(node, contexts[owner])]
+            found += [Place(owner, index, slip) for slip in operators(node, tuple(graded))]
     return found
 
 
@@ -80,11 +82,18 @@ def generate(chosen, source=None, path=None):
     except SyntaxError:
         return []
     tree.body = [node for node in tree.body if isinstance(node, DEFINITIONS)]
-    found = []
-    for number, place in enumerate(places(tree, chosen.graded)):
-        module = _mutated(tree, place, path, vars(chosen.reference))
-        if module is None:
+    found, seen = [], {ast.unparse(tree)}  # (a change that changes nothing is no mistake)
+    made = places(tree, chosen.graded)
+    alike = {}
+    for place in made:  # the same slip made at every place of one name where it can be (k and v alike)
+        alike.setdefault((place.owner, place.slip.kind, place.slip.mistake), []).append(place)
+    every = [group for group in alike.values() if len(group) > 1]
+    for number, group in enumerate([[place] for place in made] + every):
+        place = group[0]
+        module, text = _mutated(tree, group, path, vars(chosen.reference))
+        if module is None or text in seen:  # the same change made by two kinds: the first, more specific, kept
             continue
+        seen.add(text)
         functions = assignments.callables(module, chosen.graded)
         words = (place.slip.mistake, place.slip.fix)
         found.append(Mutant(f"{place.owner}:{place.slip.kind}:{number}", functions, *words, "values",
@@ -100,29 +109,33 @@ def kind_of(mutant):
     return mutant.name.split(":")[1]
 
 
-def _mutated(tree, place, path, imported):
-    """The module of ``tree`` (the reference's definitions) with the slip of ``place`` made; None where it does
-    not compile or run. Its definitions are made again in a copy of ``imported`` (the reference's namespace,
-    as its import left it: its imports and constants), so that nothing else of the reference runs again."""
+def _mutated(tree, group, path, imported):
+    """(the module of ``tree`` (the reference's definitions) with the slips of ``group`` (places) made, its text);
+    (None, None) where it does not compile or run. Its definitions are made again in a copy of ``imported`` (the
+    reference's namespace, as its import left it: its imports and constants), so that nothing else of the
+    reference runs again."""
     changed = copy.deepcopy(tree)
     nodes = list(ast.walk(changed))
-    target = nodes[place.index]
     parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
-    parent = parents.get(id(target))
-    if parent is None:
-        return None
-    replacement = copy.deepcopy(place.slip.replacement)
-    if not _replace(parent, target, replacement):
-        return None
+    for place in group:
+        target = nodes[place.index]
+        parent = parents.get(id(target))
+        if parent is None or not _replace(parent, target, copy.deepcopy(place.slip.replacement)):
+            return None, None
     ast.fix_missing_locations(changed)
+    place = group[0]
+    try:
+        text = ast.unparse(changed)
+    except Exception:  # noqa: BLE001 (a tree no source can show: no mutant)
+        return None, None
     module = types.ModuleType(f"_generated_mutant_{place.owner}_{place.index}")
     module.__dict__.update({k: v for k, v in imported.items() if k not in ("__name__", "__spec__", "__loader__")})
     module.__file__ = path
     try:
         exec(compile(changed, path or "<reference>", "exec"), module.__dict__)  # noqa: S102 (the teacher's own code)
     except Exception:  # noqa: BLE001 (a change that does not run at definition: no mutant)
-        return None
-    return module
+        return None, None
+    return module, text
 
 
 def _replace(parent, target, replacement):

@@ -206,14 +206,6 @@ class Grader(BackwardChecks, PropertyGrades):
                 submission.close()
             raise
         calls_made(submission)
-        if not graded.error:
-            try:
-                self.diagnoser.explain(graded)
-            except Exception as err:  # noqa: BLE001 (the grade stands; only the naming of its mistakes failed)
-                for grade in graded.grades:
-                    grade.diagnosis = ""
-                graded.note = "\n\n".join(filter(None, [graded.note, f"(The feedback that names mistakes could not "
-                                                                      f"be made for this submission: {_said(err)}.)"]))
         graded.seconds = time.monotonic() - start
         return graded
 
@@ -236,6 +228,21 @@ class Grader(BackwardChecks, PropertyGrades):
             graded.grades += self._grade_item(item, submission, functions, problem)
         graded.grades += self._property_grades(submission, functions, problem)
         charge_unearned(graded.grades)
+        try:  # (while the submission's process is there: further inputs may be asked of it)
+            self.diagnoser.explain(graded, ask=lambda calls: self._asked(submission, functions, calls))
+        except Exception as err:  # noqa: BLE001 (the grade stands; only the naming of its mistakes failed)
+            for grade in graded.grades:
+                grade.diagnosis = ""
+            graded.note = "\n\n".join(filter(None, [graded.note, f"(The feedback that names mistakes could not "
+                                                                  f"be made for this submission: {_said(err)}.)"]))
+
+    def _asked(self, submission, functions, calls):
+        """Call -> the submission's value, or CallFailed, for each of ``calls`` (one round trip)."""
+        values = {}
+        if functions is None or submission is None or submission.status != replies.OK:
+            return values
+        self._make_property_calls(calls, submission, functions, values, None)
+        return values
 
     def _not_graded(self, graded, err):
         """``graded`` as a row of the grader's own failure ``err``: every check and property at 0 of its points,

@@ -34,6 +34,10 @@ from attention_core.grading.properties.model import (  # noqa: F401 (the room's 
     Part,
     Probe,
     PropertyItem,
+    argument,
+    close,
+    fresh,
+    replaced,
     is_property,
     second_calls,
     shapes_of,
@@ -226,6 +230,46 @@ def evaluate_call(functions, call):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _reference_call(functions, call)
+
+
+FURTHER_SEED = SEED + 1  # the further inputs that tell the mistakes that fit apart
+
+
+def further_calls(found):
+    """Further calls of one graded name: each input set of its properties ``found`` with its token arguments
+    drawn again (the same shapes and dtypes, other values), for telling apart the mistakes that give a
+    submission's results on its checks. The same calls every time (a fixed seed)."""
+    generator = torch.Generator().manual_seed(FURTHER_SEED)
+    bases = list({id(part.base): part.base for probe in found for part in probe.parts
+                  if part.base is not None}.values())
+    return [replaced(base.call, {label: fresh(argument(base.call, label), generator) for label in base.tokens})
+            for base in bases]
+
+
+def outcome_of(functions, call):
+    """``call`` made with ``functions`` here: its value, or the CallFailed that says why there is none."""
+    return _outcome(functions, call)
+
+
+def same_outcome(ours, theirs):
+    """Whether two outcomes of one call agree: results alike within the agreement tolerance (NaN where NaN), or
+    both failed with the same message past the name of the function (the same exception)."""
+    if isinstance(ours, CallFailed) or isinstance(theirs, CallFailed):
+        return isinstance(ours, CallFailed) and isinstance(theirs, CallFailed) and \
+            ours.message.split(" raised ", 1)[-1] == theirs.message.split(" raised ", 1)[-1]
+    a = tuple(ours) if isinstance(ours, (tuple, list)) else (ours,)
+    b = tuple(theirs) if isinstance(theirs, (tuple, list)) else (theirs,)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            return False
+        if x.shape != y.shape or "meta" in (x.device.type, y.device.type):
+            return False
+        dtype = x.dtype if x.is_floating_point() else torch.float32
+        if not close(x.detach().cpu(), y.detach().cpu(), dtype):
+            return False
+    return True
 
 
 def _outcome(functions, call):

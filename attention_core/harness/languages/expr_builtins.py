@@ -251,18 +251,24 @@ CASE_SECONDS = float(os.environ.get("ATTENTION_CORE_CASE_SECONDS", "2"))
 MAX_MULTIPLY_ADDS = 2**31  # of one matrix product: about a second on one core
 
 
+WALL_CEILING = 10  # times its seconds of CPU time: the wall-clock time an evaluation may take at most
+
+
 @dataclass
 class Budget:
-    """Elements that the evaluations sharing it may create together (e.g. one case's), and the time by which
-    they must be done: an expression cheap to write and slow to run ends with a refusal."""
+    """Elements that the evaluations sharing it may create together (e.g. one case's), and the CPU time they may
+    take (this process's: a loaded machine refuses no case), within WALL_CEILING times as much wall-clock time:
+    an expression cheap to write and slow to run ends with a refusal."""
 
     limit: int
     spent: int = 0
     seconds: float = CASE_SECONDS
-    deadline: float = field(default=0.0)
+    deadline: float = field(default=0.0)  # of the wall clock (time.monotonic)
+    cpu_deadline: float = field(default=0.0)  # of this process's CPU time (time.process_time)
 
     def __post_init__(self):
-        self.deadline = self.deadline or time.monotonic() + self.seconds
+        self.deadline = self.deadline or time.monotonic() + WALL_CEILING * self.seconds
+        self.cpu_deadline = self.cpu_deadline or time.process_time() + self.seconds
 
     def reserve(self, count: int) -> None:
         """Refuse ``count`` more elements if they would take the spending past the limit."""
@@ -272,8 +278,13 @@ class Budget:
 
     def check_time(self) -> None:
         """Refuse the next operation once the time is up."""
+        if time.process_time() >= self.cpu_deadline:
+            raise Refused(f"ran out of its time budget of {self.seconds:g} s of CPU time (ATTENTION_CORE_CASE_SECONDS "
+                          f"sets it)")
         if time.monotonic() > self.deadline:
-            raise Refused(f"ran out of its time budget of {self.seconds:g} s (ATTENTION_CORE_CASE_SECONDS sets it)")
+            raise Refused(f"ran out of its time budget: {WALL_CEILING * self.seconds:g} s of wall-clock time, "
+                          f"{WALL_CEILING:g} times its {self.seconds:g} s of CPU time (ATTENTION_CORE_CASE_SECONDS "
+                          f"sets it)")
 
 
 MATRIX_PRODUCTS = frozenset({"matmul", "__matmul__", "mm", "bmm"})

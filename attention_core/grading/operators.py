@@ -1,0 +1,335 @@
+"""General mutation operators: the slips a student makes in any code, not only in attention's.
+
+Each is made at every place of a reference where it can be, one at a time, beside the attention-specific
+slips of ``slips.py`` (which come first: where both make the same change, the more specific sentence is
+kept). Each kind has its own sentence in a student's terms: the operator, the torch function or graded
+name involved, never the reference's line, constant or variable.
+
+* a comparison off by one (``<`` and ``<=``, ``>`` and ``>=``);
+* a range's start or step changed (from 0 or from 1; by 1 or by 2);
+* two sub-expressions of one kind swapped: two layers, two arguments of a call, the two pieces of a
+  ``cat``, the two sides of a subtraction;
+* an operation applied to one more, or one fewer, of the sibling tensors it is applied to (a rotation
+  also applied to the values);
+* a term dropped: the residual (skip) connection, a bias, an added or subtracted term;
+* a constant moved across a function (``sqrt(v) + eps`` for ``sqrt(v + eps)``, and back);
+* look-alike calls: ``repeat`` and ``repeat_interleave``, ``softmax`` and ``log_softmax``, ``sum`` and
+  ``mean``, ``sin`` and ``cos``, the exact GELU and its tanh approximation, SiLU and the sigmoid;
+* a sign or an absolute value left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from attention_core.grading.slips import Slip, _name, _number, _self_attribute
+
+TORCH_MODULES = ("torch", "F", "functional", "nn", "math", "np", "numpy")
+
+_FLIPPED = {ast.Lt: (ast.LtE, "<", "<="), ast.LtE: (ast.Lt, "<=", "<"), ast.Gt: (ast.GtE, ">", ">="),
+            ast.GtE: (ast.Gt, ">=", ">")}
+
+LOOK_ALIKE = {  # a call's name -> (the name put in its place, the sentence, the fix)
+    "repeat_interleave": ("repeat", "`repeat` where `repeat_interleave` belongs: the copies come as whole blocks "
+                                    "(a b a b) instead of each one in turn (a a b b)",
+                          "Use repeat_interleave, which repeats each entry in turn (a a b b)."),
+    "repeat": ("repeat_interleave", "`repeat_interleave` where `repeat` belongs: each entry is repeated in turn "
+                                    "(a a b b) instead of the whole block (a b a b)",
+               "Use repeat, which tiles the whole block (a b a b)."),
+    "log_softmax": ("softmax", "`softmax` where `log_softmax` belongs", "Take the log_softmax there."),
+    "softmax": ("log_softmax", "`log_softmax` where `softmax` belongs: the weights are log-probabilities, not "
+                               "probabilities that sum to 1", "Take the softmax there, not its logarithm."),
+    "sum": ("mean", "`mean` where `sum` belongs: the total is divided by the count",
+            "Sum there: no division by the number of entries."),
+    "mean": ("sum", "`sum` where `mean` belongs: the total is not divided by the number of entries",
+             "Take the mean there (the sum divided by the number of entries)."),
+    "sin": ("cos", "`cos` where `sin` belongs (the sine and the cosine in each other's place)",
+            "Use the sine where the formula has it, the cosine where it has the cosine."),
+    "cos": ("sin", "`sin` where `cos` belongs (the sine and the cosine in each other's place)",
+            "Use the sine where the formula has it, the cosine where it has the cosine."),
+    "silu": ("sigmoid", "`sigmoid` where SiLU belongs: the gate is sigmoid(x), not x * sigmoid(x)",
+             "Use SiLU (x * sigmoid(x)), e.g. F.silu."),
+}
+
+
+def operators(node, owner_names=()):
+    """The general slips that can be made at ``node``; ``owner_names``: the graded names (a student's terms)."""
+    found = []
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _FLIPPED:
+        flipped, was, now = _FLIPPED[type(node.ops[0])]
+        found.append(Slip("comparison_boundary", f"a comparison is off by one: `{now}` where `{was}` belongs, so the "
+                                                 f"element on the boundary falls on the wrong side",
+                          f"Compare with `{was}` there: decide which side the boundary element belongs to (i == j, "
+                          f"or the window's edge).", ast.Compare(node.left, [flipped()], node.comparators)))
+    if isinstance(node, ast.Call):
+        name = _name(node)
+        found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
+        found += _constant_moved_in(node, name)
+        if name == "abs" and len(node.args) == 1 and not node.keywords:
+            found.append(Slip("abs_missing", "the absolute value is left out", "Take the absolute value there "
+                                                                                "(abs).", node.args[0]))
+    if isinstance(node, ast.BinOp):
+        found += _dropped_terms(node) + _constant_moved_out(node) + _layers_swapped(node)
+        if isinstance(node.op, ast.Sub) and not _constant(node.left) and not _constant(node.right):
+            found.append(Slip("subtraction_swapped", "the two sides of a subtraction are swapped (b - a where a - b "
+                                                     "belongs): its sign is flipped",
+                              "Subtract in the order of the formula.", ast.BinOp(node.right, ast.Sub(), node.left)))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not _constant(node.operand):
+        found.append(Slip("sign_missing", "a minus sign is left out (x where -x belongs)",
+                          "Negate there, as the formula does.", node.operand))
+    if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
+        found += _siblings(node, owner_names)
+    return found
+
+
+def _constant(node):
+    return _number(node) is not None or isinstance(node, ast.Constant)
+
+
+def _shown(name, owner_names):
+    """A call's function as a student knows it: a torch function or a graded name; else None."""
+    return name if name and not name.startswith("_") else None
+
+
+def _ranges(node, name):
+    if name not in ("range", "arange") or node.keywords or not 1 <= len(node.args) <= 3:
+        return []
+    found = []
+    if len(node.args) == 1:
+        end = node.args[0]
+        changed = ast.Call(node.func, [ast.Constant(1), ast.BinOp(end, ast.Add(), ast.Constant(1))], [])
+        found.append(Slip("range_start", "a range counts from 1 instead of from 0: every index it makes is one too "
+                                         "large", "Count from 0 (range(n) gives 0 .. n - 1).", changed))
+    else:
+        start = _number(node.args[0])
+        if start in (0, 1):
+            changed = copy.deepcopy(node)
+            changed.args[0] = ast.Constant(1 - start)
+            found.append(Slip("range_start", f"a range starts at {1 - start} instead of at {start}: its indices are "
+                                             f"one off", f"Start the range where the formula starts it.", changed))
+    if len(node.args) == 3 and _number(node.args[2]) in (1, 2):
+        step = _number(node.args[2])
+        changed = copy.deepcopy(node)
+        changed.args[2] = ast.Constant(3 - step)
+        found.append(Slip("range_step", f"a range steps by {3 - step} instead of by {step}" +
+                          (": every index where every other one belongs" if step == 2 else
+                           ": every other index where every one belongs"),
+                          "Step through the range as the formula does.", changed))
+    return found
+
+
+def _swapped_arguments(node, name, owner_names):
+    found = []
+    shown = _shown(name, owner_names)
+    arguments = [(i, a) for i, a in enumerate(node.args) if not _constant(a) and not isinstance(a, ast.Starred)]
+    if shown and not _self_attribute(node.func) and len(arguments) >= 2:
+        for (i, a), (j, b) in zip(arguments, arguments[1:]):
+            if ast.unparse(a) == ast.unparse(b):
+                continue
+            changed = copy.deepcopy(node)
+            changed.args[i], changed.args[j] = copy.deepcopy(b), copy.deepcopy(a)
+            found.append(Slip("arguments_swapped", f"two arguments of `{shown}` are in each other's place (its "
+                                                   f"arguments {i + 1} and {j + 1} swapped)",
+                              f"Pass `{shown}` its arguments in the order it takes them.", changed))
+    if name in ("cat", "concat", "concatenate", "stack") and node.args and \
+            isinstance(node.args[0], (ast.Tuple, ast.List)) and len(node.args[0].elts) == 2:
+        changed = copy.deepcopy(node)
+        changed.args[0].elts.reverse()
+        found.append(Slip("pieces_swapped", f"the two pieces given to `{name}` are in each other's place (the "
+                                            f"halves swapped)", "Put the pieces in the order of the formula.",
+                          changed))
+    return found
+
+
+def _tiled(node):
+    """``x.repeat_interleave(r, dim=d)`` as ``torch.cat([x] * r, dim=d)``: the tiling a ``repeat`` along that one
+    dimension makes (``repeat`` itself takes a count per dimension); None where its form is another."""
+    receiver = node.func.value if isinstance(node.func, ast.Attribute) and _name(node.func.value) != "torch" else None
+    args = list(node.args)
+    tensor = receiver if receiver is not None else (args.pop(0) if args else None)
+    dims = [k.value for k in node.keywords if k.arg == "dim"]
+    count = args[0] if args else next((k.value for k in node.keywords if k.arg == "repeats"), None)
+    dim = dims[0] if dims else (args[1] if len(args) > 1 else None)
+    if tensor is None or count is None or dim is None:
+        return None
+    pieces = ast.BinOp(ast.List([tensor], ast.Load()), ast.Mult(), count)
+    return ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "cat", ast.Load()), [pieces],
+                    [ast.keyword("dim", dim)])
+
+
+def _look_alike(node, name):
+    found = []
+    if name == "repeat_interleave":
+        tiled = _tiled(node)
+        if tiled is not None:
+            _, mistake, fix = LOOK_ALIKE[name]
+            found.append(Slip("repeat_interleave_for_repeat", mistake, fix, tiled))
+        return found
+    if name in LOOK_ALIKE and isinstance(node.func, (ast.Attribute, ast.Name)):
+        other, mistake, fix = LOOK_ALIKE[name]
+        changed = copy.deepcopy(node)
+        if isinstance(changed.func, ast.Attribute):
+            changed.func.attr = other
+        else:
+            changed.func.id = other
+        found.append(Slip(f"{name}_for_{other}", mistake, fix, changed))
+    if name == "gelu":
+        approximate = next((k for k in node.keywords if k.arg == "approximate"), None)
+        changed = copy.deepcopy(node)
+        if approximate is None:
+            changed.keywords.append(ast.keyword("approximate", ast.Constant("tanh")))
+            found.append(Slip("gelu_approximated", "the tanh approximation of GELU where the exact GELU belongs",
+                              "Use the exact GELU (F.gelu(x), approximate='none').", changed))
+        else:
+            changed.keywords = [k for k in changed.keywords if k.arg != "approximate"]
+            found.append(Slip("gelu_exact", "the exact GELU where its tanh approximation belongs",
+                              "Use GELU's tanh approximation (approximate='tanh').", changed))
+    return found
+
+
+def _layers_swapped(node):
+    """In an expression of two sides that each call a layer of the module (``self.w1(x)``, ``self.w3(x)``): the two
+    layers in each other's place."""
+    def layers(side):
+        return {n.func.attr for n in ast.walk(side) if isinstance(n, ast.Call) and _self_attribute(n.func)}
+    left, right = layers(node.left), layers(node.right)
+    found = []
+    for a in sorted(left - right):
+        for b in sorted(right - left):
+            changed = copy.deepcopy(node)
+            for call in ast.walk(changed):
+                if isinstance(call, ast.Call) and _self_attribute(call.func) and call.func.attr in (a, b):
+                    call.func.attr = b if call.func.attr == a else a
+            found.append(Slip("layers_swapped", f"the layers `{a}` and `{b}` are in each other's place",
+                              f"Apply `{a}` and `{b}` where the formula applies each.", changed))
+    return found
+
+
+def _is_small_constant(node):
+    value = _number(node)
+    if value is not None:
+        return 0 < abs(value) < 1e-2
+    text = ast.unparse(node).lower()
+    return "eps" in text
+
+
+ROOTS = ("sqrt", "rsqrt")
+
+
+def _constant_moved_in(node, name):
+    """``sqrt(v + eps)`` -> ``sqrt(v) + eps`` (``rsqrt(v + eps)`` -> ``1 / (sqrt(v) + eps)``)."""
+    if name not in ROOTS or len(node.args) != 1 or node.keywords:
+        return []
+    inner = node.args[0]
+    if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and _is_small_constant(inner.right)):
+        return []
+    root = copy.deepcopy(node)
+    if isinstance(root.func, ast.Attribute):
+        root.func.attr = "sqrt"
+    else:
+        root.func.id = "sqrt"
+    root.args = [inner.left]
+    moved = ast.BinOp(root, ast.Add(), inner.right)
+    if name == "rsqrt":
+        moved = ast.BinOp(ast.Constant(1.0), ast.Div(), moved)
+    return [Slip("constant_outside", "the small constant (eps) is added outside the square root instead of inside "
+                                     "it: sqrt(v) + eps where sqrt(v + eps) belongs",
+                 "Add eps under the square root: sqrt(v + eps).", moved)]
+
+
+def _constant_moved_out(node):
+    """``sqrt(v) + eps`` -> ``sqrt(v + eps)``."""
+    if not (isinstance(node.op, ast.Add) and isinstance(node.left, ast.Call) and _name(node.left) == "sqrt"
+            and len(node.left.args) == 1 and _is_small_constant(node.right)):
+        return []
+    moved = copy.deepcopy(node.left)
+    moved.args = [ast.BinOp(moved.args[0], ast.Add(), node.right)]
+    return [Slip("constant_inside", "the small constant (eps) is added inside the square root instead of outside "
+                                    "it: sqrt(v + eps) where sqrt(v) + eps belongs",
+                 "Add eps after the square root: sqrt(v) + eps.", moved)]
+
+
+def _dropped_terms(node):
+    if not isinstance(node.op, (ast.Add, ast.Sub)) or _constant(node.left) or _constant(node.right):
+        return []
+    found = []
+    names_right = {n.id for n in ast.walk(node.right) if isinstance(n, ast.Name)}
+    names_left = {n.id for n in ast.walk(node.left) if isinstance(n, ast.Name)}
+    if isinstance(node.op, ast.Add):
+        for kept, dropped, inside in ((node.right, node.left, names_right), (node.left, node.right, names_left)):
+            text = ast.unparse(dropped).lower()
+            if isinstance(dropped, ast.Name) and dropped.id in inside:
+                found.append(Slip("residual_missing", "the residual (skip) connection is left out: the output is the "
+                                                      "sublayer's alone, without its input added back",
+                                  "Add the input back: x + sublayer(x).", kept))
+            elif "bias" in text:
+                found.append(Slip("bias_missing", "the bias is not added", "Add the bias there.", kept))
+            else:
+                found.append(Slip("term_missing", "an added term is left out (a where a + b belongs)",
+                                  "Add both terms, as the formula does.", kept))
+    elif not (isinstance(node.right, ast.Call) and _name(node.right) == "mean"):
+        found.append(Slip("subtracted_term_missing", "a subtracted term is left out (a where a - b belongs)",
+                          "Subtract it, as the formula does.", node.left))
+    return found
+
+
+def _siblings(holder, owner_names):
+    """An operation applied to one more, or one fewer, of the tensors of one kind: in one body, statements
+    ``a = f(a, ...)``, ``b = f(b, ...)`` for sibling tensors made alike (``a``, ``b``, ``c`` from statements of one
+    shape), where ``f`` is left out for one, or applied to ``c`` too."""
+    body = holder.body
+    made, applied = {}, {}
+    for i, statement in enumerate(body):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and
+                isinstance(statement.targets[0], ast.Name)):
+            continue
+        target, value = statement.targets[0].id, statement.value
+        if isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Name) and \
+                value.args[0].id == target:
+            applied.setdefault(_name(value) or ast.unparse(value.func), []).append((i, target))
+        else:
+            made.setdefault(target, (i, _skeleton(value)))
+    found = []
+    for function, uses in applied.items():
+        if len(uses) < 2:
+            continue
+        shown = _shown(function, owner_names)
+        what = f"`{shown}`" if shown else "a step"
+        for i, target in uses:
+            changed = copy.deepcopy(holder)
+            changed.body = [s for j, s in enumerate(body) if j != i] or [ast.Pass()]
+            found.append(Slip("applied_to_one_fewer", f"{what} is left out for one of the tensors it belongs on (it is "
+                                                      f"applied to some of them, not all)",
+                              f"Apply {what} to each tensor the formula applies it to.", changed))
+        skeletons = {made[t][1] for _, t in uses if t in made}
+        if len(skeletons) != 1:
+            continue
+        (skeleton,) = skeletons
+        done = {t for _, t in uses}
+        last = uses[-1][0]
+        for other, (j, shape) in made.items():
+            if other in done or shape != skeleton or j > last:
+                continue
+            statement = copy.deepcopy(body[last])
+            statement.targets = [ast.Name(other, ast.Store())]
+            statement.value.args[0] = ast.Name(other, ast.Load())
+            changed = copy.deepcopy(holder)
+            changed.body = [*body[:last + 1], statement, *body[last + 1:]]
+            found.append(Slip("applied_to_one_more", f"{what} is applied to one more tensor than it belongs on (to a "
+                                                     f"sibling made the same way, as to the values as well as the "
+                                                     f"queries and keys)",
+                              f"Apply {what} only to the tensors the formula applies it to.", changed))
+    return found
+
+
+def _skeleton(value):
+    """An expression's shape with its names and attributes left out: ``self.wq(x).view(...)`` and
+    ``self.wk(x).view(...)`` are alike."""
+    tree = copy.deepcopy(value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _self_attribute(node):
+            node.attr = "_"
+        if isinstance(node, ast.Name) and node.id not in ("self", "torch", "F"):
+            node.id = "_"
+    return ast.dump(tree)
