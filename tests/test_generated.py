@@ -115,3 +115,81 @@ def test_making_the_mutants_runs_nothing_of_the_reference_but_its_definitions_ag
     assert marker.read_text() == "x"
     made = generated.generate(chosen)
     assert len(made) > 10 and marker.read_text() == "x"  # its import's work, done once
+
+
+def test_a_teachers_own_mistake_is_named_as_the_library_names_and_adequacy_says_whether_a_case_catches_it(tmp_path):
+    import io  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    from attention_core.authoring import mistakes  # noqa: PLC0415
+    from attention_core.grading import adequacy, own_mistakes  # noqa: PLC0415
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder, ignore=shutil.ignore_patterns("submissions"))
+    chosen = assignment.load(folder)
+    path = mistakes.scaffold(chosen, "values_from_keys")
+    assert own_mistakes.load(chosen)[1] == [f"{path}:1: its docstring is still the template's: write the mistake "
+                                            f"and its fix"]
+    text = path.read_text().split('"""', 2)[2].replace("p_attn @ self.value(value)", "p_attn @ key", 1)
+    assert text != path.read_text().split('"""', 2)[2]
+    path.write_text('"""the output weighs the keys where the values belong\n\nFix: multiply the weights by the '
+                    'values.\n"""' + text)
+    (folder / "mistakes" / "broken.py").write_text('"""no fix line"""\n')
+    made, problems = own_mistakes.load(chosen)
+    assert [m.name for m in made] == ["Head:own:values_from_keys"] and len(problems) == 1
+    assert "broken.py:1: its module docstring must hold the mistake" in problems[0]
+    out = io.StringIO()
+    assert adequacy.report(adequacy.assess(chosen), stream=out) == 1  # (the broken file: an error)
+    assert "values_from_keys (`Head`): the output weighs the keys where the values belong: caught by head/" in \
+        out.getvalue()
+    student = tmp_path / "student.py"
+    student.write_text((HEAD / "submissions" / "correct.py").read_text().replace("self.dropout(weights) @ v",
+                                                                                 "self.dropout(weights) @ k"))
+    with Grader(assignment=folder) as grader:
+        graded = grader.grade(student)
+    said = {d for g in graded.grades for d in g.diagnosis.split("\n") if d}
+    assert "Likely mistake: the output weighs the keys where the values belong. Fix: multiply the weights by the " \
+           "values." in said, said
+
+
+ENCODER = Path(__file__).resolve().parent / "assignments" / "encoder"
+BUILTIN_MISTAKES = Path(__file__).resolve().parent / "submissions" / "builtin_mistakes"
+# Each one-mistake file -> words its "Likely mistake" line must hold; None: nothing may be named "likely". A name
+# with other words is a wrong name.
+NAMED = {
+    ENCODER: {"alibi_sign": None, "alibi_slope_off_by_one": "a range starts one too early",
+              "cross_kv_from_x": "`x` is used where `context` belongs", "eps_outside_sqrt": "outside the square root",
+              "gelu_tanh": "the tanh approximation of GELU", "heads_merged_without_transpose": "is left out",
+              "mask_polarity": "the mask is inverted", "pre_norm": "the normalisation is applied to the sublayer's "
+                                                                   "input",
+              "residual_after_norm": "the residual is added after the normalisation", "sin_cos_concatenated": None,
+              "sin_cos_swapped": "the sine and the cosine are in each other's place",
+              "unbiased_variance": "the unbiased one"},
+    BUILTIN_MISTAKES: {"attention_mask_after_softmax": "the mask is applied after the softmax",
+                       "attention_mask_inverted": "the bool mask is read inverted", "attention_scale_dk": "1 / d_k",
+                       "causal_average_channel_axis": "along each token's channels",
+                       "causal_average_off_by_one": "leaves out the current row",
+                       "causal_mask_triu": "the wrong triangle", "layer_norm_no_center": "the mean is not subtracted",
+                       "layer_norm_unbiased": "unbiased", "merge_heads_no_transpose": "without moving the head axis",
+                       "mha_scale_model_dim": "the whole width", "mha_weights_transposed": "transposed",
+                       "softmax_log_softmax": "log-probabilities", "softmax_sum_no_keepdim": "keepdim",
+                       "split_heads_interleaved": "every n_heads-th channel"},
+}
+
+
+@pytest.mark.grading
+@pytest.mark.parametrize("folder", [ENCODER, BUILTIN_MISTAKES], ids=["encoder", "builtin"])
+def test_one_mistake_files_are_named_by_their_own_mistake_and_never_by_another(folder):
+    subs = folder / "submissions" if (folder / "submissions").is_dir() else folder
+    files = sorted(subs.glob("*.py"))
+    with Grader(assignment=folder if folder == ENCODER else None) as grader:
+        graded = dict(zip(files, grader.grade_each(files)))
+    for path, one in graded.items():
+        likely = {d for g in one.grades for d in g.diagnosis.split("\n") if d.startswith("Likely mistake")}
+        if not path.stem.startswith("mistake_"):
+            assert one.score == one.max_score and not likely, (path.name, likely)
+            continue
+        words = NAMED[folder][path.stem.removeprefix("mistake_")]
+        assert one.score < one.max_score, path.name
+        if words is None:
+            assert not likely, (path.name, likely)
+        else:
+            assert likely and all(words in line for line in likely), (path.name, likely)

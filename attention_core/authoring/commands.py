@@ -28,6 +28,9 @@ def add_authoring_commands(commands, common):
     recorded.add_argument("--case", default=None, metavar="ID", help="only this case")
     new = commands.add_parser("new", parents=[common], help="write a commented skeleton to cases/NAME.yaml")
     new.add_argument("name", metavar="NAME", help="the file's name, without .yaml (letters, digits, _ and -)")
+    new.add_argument("--mistake", action="store_true",
+                     help="write mistakes/NAME.py instead: a copy of the assignment's reference.py to change in one "
+                          "place, under a docstring for the mistake's sentence and fix (--assignment DIR)")
 
 
 def lint_command(args, out=None):
@@ -94,6 +97,8 @@ def new_command(args, out=None):
     from attention_core.authoring.drafts import skeleton  # noqa: PLC0415
     from attention_core.harness.reading.fields import ID  # noqa: PLC0415
     out = out or sys.stdout
+    if getattr(args, "mistake", False):
+        return _new_mistake(args, out)
     folder = Path(_chosen(args).cases)
     path = folder / f"{args.name}.yaml"
     refused = (f"{args.name!r}: a case file's name is letters, digits, '_' and '-'" if not ID.match(args.name)
@@ -103,6 +108,24 @@ def new_command(args, out=None):
         return 2
     path.write_text(skeleton(path, schema=_schema(), assignment=_chosen(args)), encoding="utf-8")
     print(f"{path}: written; fill it in, then python -m attention_core lint {path}", file=out)
+    return 0
+
+
+def _new_mistake(args, out):
+    """``new --mistake``: the teacher's own mistake to fill in; 2 where there is no assignment or the name is taken."""
+    from attention_core.authoring import mistakes  # noqa: PLC0415
+    chosen = _chosen(args)
+    if chosen.folder is None or chosen.reference is None:
+        print("error: new --mistake needs --assignment DIR (a teacher's assignment, with its reference.py)",
+              file=sys.stderr)
+        return 2
+    try:
+        path = mistakes.scaffold(chosen, args.name)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{path}: written; make the one change, write the mistake and its fix in its docstring, then "
+          f"python -m attention_core adequacy --assignment {chosen.folder} tells whether a case catches it", file=out)
     return 0
 
 

@@ -212,7 +212,8 @@ class Diagnoser:
         if key not in self._results:
             with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
                 warnings.simplefilter("ignore")
-                self._results[key] = runner.outputs(item, functions={**runner.REFERENCE, **mutant.functions},
+                base = self.reference_functions or runner.REFERENCE  # (a teacher's own mistakes: their reference)
+                self._results[key] = runner.outputs(item, functions={**base, **mutant.functions},
                                                     preparation=preparation)
         return self._results[key]
 

@@ -52,17 +52,21 @@ class Place:
 def places(tree, graded):
     """Every slip in the code of the graded names of a module's ``tree``."""
     found = []
-    owners, contexts = {}, {}
+    owners, contexts, making = {}, {}, set()
     for top in tree.body:
         if isinstance(top, (ast.FunctionDef, ast.ClassDef)) and top.name in graded:
             contexts[top.name] = context_of(top) if isinstance(top, ast.ClassDef) else Context()
             for node in ast.walk(top):
                 owners.setdefault(id(node), top.name)
+            for method in top.body if isinstance(top, ast.ClassDef) else ():
+                if isinstance(method, ast.FunctionDef) and method.name == "__init__":
+                    making |= {id(node) for node in ast.walk(method)}
     for index, node in enumerate(ast.walk(tree)):
         owner = owners.get(id(node))
         if owner is not None:
             found += [Place(owner, index, slip) for slip in slips(node, contexts[owner])]
-            found += [Place(owner, index, slip) for slip in operators(node, tuple(graded))]
+            if id(node) not in making:  # (a class's layers are made with the reference's parameters anyway)
+                found += [Place(owner, index, slip) for slip in operators(node, tuple(graded))]
     return found
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from attention_core.harness.reading import assignment as assignments
-from attention_core.grading import (archives, client, feedback, folders, generated, notebooks, replies, sandbox, wire,
-                                    worth)
+from attention_core.grading import (archives, client, feedback, folders, generated, notebooks, own_mistakes, replies,
+                                    sandbox, wire, worth)
 from attention_core.grading.backward import BackwardChecks
 from attention_core.grading.diagnose import Diagnoser, calls_of
 from attention_core.grading import properties
@@ -76,11 +76,13 @@ class Grader(BackwardChecks, PropertyGrades):
         self.items = [i for i in runner.collect(folder, assignment) if i.error is not None or i.check.kind == "call"]
         self._probes = None  # the assignment's properties (made on first use: the reference is run for them)
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
-        # The mutant library names mistakes of the built-in spec's functions only.
-        # and mistakes made from the reference itself (generated.py) name those of any assignment's names.
+        # The mutant library names mistakes of the built-in spec's functions; mistakes made from the reference
+        # itself (generated.py) name those of any assignment's names.
         made = functools.partial(generated.generate, assignment)  # on first need
+        # A teacher's own mistakes (mistakes/*.py) are named as the shipped library's are (own_mistakes.py).
         self.diagnoser = Diagnoser(self.preparation, generated=made, reference_functions=assignment.functions) \
-            if assignment.builtin else Diagnoser(self.preparation, library=(), generated=made,
+            if assignment.builtin else Diagnoser(self.preparation, library=own_mistakes.load(assignment)[0],
+                                                  generated=made,
                                                   calls=calls_of(assignment.reference, assignment.names),
                                                   reference_functions=assignment.functions)
         self._route = torch_route.FUNCTIONS if assignment.builtin else assignment.functions

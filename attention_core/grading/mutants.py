@@ -146,6 +146,31 @@ def causal_average_without_current(x):
     return before / counts[:, None]
 
 
+def causal_average_of_earlier_rows(x):
+    before = x.cumsum(dim=-2) - x  # (..., T, C): the sum of rows 0..t-1
+    counts = torch.arange(x.shape[-2], dtype=x.dtype, device=x.device)  # row 0: 0 / 0, NaN
+    return before / counts[:, None]
+
+
+def causal_average_over_channels(x):
+    counts = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype, device=x.device)  # (C,)
+    return x.cumsum(dim=-1) / counts  # a running mean along each token's channels
+
+
+def softmax_as_log_softmax(x, dim=-1):
+    return torch.log(_softmax(x, dim=dim))  # log-probabilities
+
+
+def attention_ignoring_scale(q, k, v, mask=None, scale=None):
+    weights = _softmax(_scores(q, k, mask, None))  # the scale given is never used
+    return weights @ v, weights
+
+
+def split_heads_interleaved(x, n_heads):
+    *lead, T, C = x.shape
+    return x.reshape(*lead, T, C // n_heads, n_heads).movedim(-1, -3)  # head h: channels h, h + nh, ...
+
+
 def split_heads_by_bare_view(x, n_heads):
     *lead, T, C = x.shape
     return x.reshape(*lead, n_heads, T, C // n_heads)  # (..., nh, T, hs), rows and heads mixed up
@@ -349,6 +374,26 @@ MUTANTS += (
            "1 / sqrt(d_k), each head's own size",
            "Let each head's attention take its default scale from the head's size: 1 / sqrt(C // n_heads).",
            "values"),
+)
+
+MUTANTS += (
+    Mutant("causal_average_of_earlier_rows", {"causal_average": causal_average_of_earlier_rows},
+           "the causal average leaves out the current row: row t is the mean of rows 0..t-1 (x[:t]), so row 0 is "
+           "0 / 0 (NaN), not the mean of rows 0..t",
+           "Average rows 0..t inclusive (x[:t + 1]): the cumulative sum divided by t + 1.", "values"),
+    Mutant("causal_average_over_channels", {"causal_average": causal_average_over_channels},
+           "the causal average runs along each token's channels (the last dimension) instead of along the tokens "
+           "(dim -2)", "Take the running mean over the tokens: x.cumsum(dim=-2) divided by t + 1.", "values"),
+    Mutant("softmax_as_log_softmax", {"softmax": softmax_as_log_softmax},
+           "softmax returns log-probabilities (log_softmax) instead of probabilities that sum to 1",
+           "Return the probabilities themselves: exp(x - max) over their sum, not its logarithm.", "values"),
+    Mutant("attention_ignores_scale", {"attention": attention_ignoring_scale},
+           "attention ignores the `scale` it is given and always scales by 1 / sqrt(d_k)",
+           "Use scale when it is given; 1 / sqrt(d_k) only when scale is None.", "values"),
+    Mutant("split_heads_interleaved", {"split_heads": split_heads_interleaved},
+           "the heads are split as (..., T, hs, n_heads): head h takes every n_heads-th channel instead of the "
+           "block of channels h * hs .. (h + 1) * hs",
+           "Reshape to (..., T, n_heads, hs), then transpose(-3, -2).", "values"),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

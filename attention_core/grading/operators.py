@@ -15,7 +15,7 @@ name involved, never the reference's line, constant or variable.
 * a constant moved across a function (``sqrt(v) + eps`` for ``sqrt(v + eps)``, and back);
 * look-alike calls: ``repeat`` and ``repeat_interleave``, ``softmax`` and ``log_softmax``, ``sum`` and
   ``mean``, ``sin`` and ``cos``, the exact GELU and its tanh approximation, SiLU and the sigmoid;
-* a sign or an absolute value left out.
+* a sign or an absolute value left out; a module's parameter never used (``y`` for ``y * self.weight``).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ LOOK_ALIKE = {  # a call's name -> (the name put in its place, the sentence, the
             "Sum there: no division by the number of entries."),
     "mean": ("sum", "`sum` where `mean` belongs: the total is not divided by the number of entries",
              "Take the mean there (the sum divided by the number of entries)."),
-    "sin": ("cos", "`cos` where `sin` belongs (the sine and the cosine in each other's place)",
+    "sin": ("cos", "the sine and the cosine are in each other's place",
             "Use the sine where the formula has it, the cosine where it has the cosine."),
-    "cos": ("sin", "`sin` where `cos` belongs (the sine and the cosine in each other's place)",
+    "cos": ("sin", "the sine and the cosine are in each other's place",
             "Use the sine where the formula has it, the cosine where it has the cosine."),
     "silu": ("sigmoid", "`sigmoid` where SiLU belongs: the gate is sigmoid(x), not x * sigmoid(x)",
              "Use SiLU (x * sigmoid(x)), e.g. F.silu."),
@@ -65,12 +65,13 @@ def operators(node, owner_names=()):
     if isinstance(node, ast.Call):
         name = _name(node)
         found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
-        found += _constant_moved_in(node, name)
+        found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node)
         if name == "abs" and len(node.args) == 1 and not node.keywords:
             found.append(Slip("abs_missing", "the absolute value is left out", "Take the absolute value there "
                                                                                 "(abs).", node.args[0]))
     if isinstance(node, ast.BinOp):
-        found += _dropped_terms(node) + _constant_moved_out(node) + _layers_swapped(node)
+        found += _dropped_terms(node) + _constant_moved_out(node) + _layers_swapped(node) + _one_off(node)
+        found += _factor_unused(node)
         if isinstance(node.op, ast.Sub) and not _constant(node.left) and not _constant(node.right):
             found.append(Slip("subtraction_swapped", "the two sides of a subtraction are swapped (b - a where a - b "
                                                      "belongs): its sign is flipped",
@@ -78,8 +79,12 @@ def operators(node, owner_names=()):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not _constant(node.operand):
         found.append(Slip("sign_missing", "a minus sign is left out (x where -x belongs)",
                           "Negate there, as the formula does.", node.operand))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        found += _norm_order_back(node)
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
-        found += _siblings(node, owner_names)
+        found += _siblings(node, owner_names) + _pre_norm(node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
+        found += _parameter_swapped(node)
     return found
 
 
@@ -93,7 +98,8 @@ def _shown(name, owner_names):
 
 
 def _ranges(node, name):
-    if name not in ("range", "arange") or node.keywords or not 1 <= len(node.args) <= 3:
+    if name not in ("range", "arange") or any(k.arg not in ("dtype", "device") for k in node.keywords) or \
+            not 1 <= len(node.args) <= 3:
         return []
     found = []
     if len(node.args) == 1:
@@ -103,11 +109,14 @@ def _ranges(node, name):
                                          "large", "Count from 0 (range(n) gives 0 .. n - 1).", changed))
     else:
         start = _number(node.args[0])
-        if start in (0, 1):
+        for by, words in ((1, "late: every index one too large"), (-1, "early: every index one too small")):
+            if start is None or start + by < 0:
+                continue
             changed = copy.deepcopy(node)
-            changed.args[0] = ast.Constant(1 - start)
-            found.append(Slip("range_start", f"a range starts at {1 - start} instead of at {start}: its indices are "
-                                             f"one off", f"Start the range where the formula starts it.", changed))
+            changed.args[0] = _shifted(node.args[0], by)
+            changed.args[1] = _shifted(node.args[1], by)
+            found.append(Slip("range_shifted", f"a range starts one too {words}", "Start and end the range where "
+                                                                                 "the formula does.", changed))
     if len(node.args) == 3 and _number(node.args[2]) in (1, 2):
         step = _number(node.args[2])
         changed = copy.deepcopy(node)
@@ -117,6 +126,18 @@ def _ranges(node, name):
                            ": every other index where every one belongs"),
                           "Step through the range as the formula does.", changed))
     return found
+
+
+def _shifted(node, by):
+    """``node + by`` (``n + 1 - 1`` written ``n``)."""
+    value = _number(node)
+    if value is not None:
+        return ast.Constant(value + by)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)) and _number(node.right) is not None:
+        total = _number(node.right) * (1 if isinstance(node.op, ast.Add) else -1) + by
+        return node.left if total == 0 else ast.BinOp(node.left, ast.Add() if total > 0 else ast.Sub(),
+                                                      ast.Constant(abs(total)))
+    return ast.BinOp(node, ast.Add() if by > 0 else ast.Sub(), ast.Constant(abs(by)))
 
 
 def _swapped_arguments(node, name, owner_names):
@@ -173,7 +194,8 @@ def _look_alike(node, name):
             changed.func.attr = other
         else:
             changed.func.id = other
-        found.append(Slip(f"{name}_for_{other}", mistake, fix, changed))
+        kind = "sin_cos_swapped" if name in ("sin", "cos") else f"{name}_for_{other}"  # (both at once: one mistake)
+        found.append(Slip(kind, mistake, fix, changed))
     if name == "gelu":
         approximate = next((k for k in node.keywords if k.arg == "approximate"), None)
         changed = copy.deepcopy(node)
@@ -333,3 +355,156 @@ def _skeleton(value):
         if isinstance(node, ast.Name) and node.id not in ("self", "torch", "F"):
             node.id = "_"
     return ast.dump(tree)
+
+
+def _one_off(node):
+    """``n + 1`` as ``n`` (and ``n - 1`` as ``n``): a count or an index one off."""
+    if not (isinstance(node.op, (ast.Add, ast.Sub)) and _number(node.right) == 1 and not _constant(node.left)):
+        return []
+    sign = "+" if isinstance(node.op, ast.Add) else "-"
+    return [Slip("one_off", f"a `{sign} 1` is left out: a count or an index is one off", f"Keep the `{sign} 1` of the "
+                                                                                        f"formula there.", node.left)]
+
+
+def _variance_of_squares(node, name):
+    """``((x - m) ** 2).mean(dim)`` as the unbiased variance: the sum over the count less one."""
+    if name != "mean" or not isinstance(node.func, ast.Attribute):
+        return []
+    squared = node.func.value
+    if not (isinstance(squared, ast.BinOp) and isinstance(squared.op, ast.Pow) and _number(squared.right) == 2):
+        return []
+    dims = [k.value for k in node.keywords if k.arg == "dim"] or node.args[:1]
+    if not dims:
+        return []
+    summed = copy.deepcopy(node)
+    summed.func.attr = "sum"
+    count = ast.BinOp(ast.Subscript(ast.Attribute(copy.deepcopy(squared), "shape", ast.Load()), dims[0], ast.Load()),
+                      ast.Sub(), ast.Constant(1))
+    return [Slip("unbiased_variance", "the variance is the unbiased one (divided by n - 1) instead of the biased one "
+                                      "(divided by n)", "Use the biased variance: unbiased=False (divide by n).",
+                 ast.BinOp(summed, ast.Div(), count))]
+
+
+def _layer_call(node):
+    """The layer's name of ``self.<layer>(one argument)``; None."""
+    if isinstance(node, ast.Call) and _self_attribute(node.func) and len(node.args) == 1 and not node.keywords:
+        return node.func.attr
+    return None
+
+
+POST_FOR_PRE = ("the residual is added after the normalisation (x + norm(f(x))) where it belongs before it "
+                "(norm(x + f(x)))", "Add the input back first, then normalise the sum: norm(x + f(x)).")
+PRE_NORM = ("the normalisation is applied to the sublayer's input (pre-norm: x + f(norm(x))) where it belongs "
+            "after the residual sum (post-norm: norm(x + f(x)))", "Normalise the residual sum: norm(x + f(x)).")
+POST_NORM = ("the normalisation is applied after the residual sum (post-norm: norm(x + f(x))) where it belongs on "
+             "the sublayer's input (pre-norm: x + f(norm(x)))", "Normalise the sublayer's input: x + f(norm(x)).")
+
+
+def _norm_order(node):
+    """``self.norm(x + y)`` as ``x + self.norm(y)``: the residual added after the normalisation."""
+    layer = _layer_call(node)
+    inner = node.args[0] if layer else None
+    if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and "norm" in layer.lower()):
+        return []
+    normed = ast.Call(copy.deepcopy(node.func), [inner.right], [])
+    return [Slip("residual_after_norm", *POST_FOR_PRE, ast.BinOp(inner.left, ast.Add(), normed))]
+
+
+def _norm_order_back(node):
+    """``x + f(self.norm(x))`` (pre-norm) as ``self.norm(x + f(x))`` (post-norm)."""
+    if not isinstance(node.left, ast.Name):
+        return []
+    found = []
+    for call in ast.walk(node.right):
+        layer = _layer_call(call)
+        if layer and "norm" in layer.lower() and isinstance(call.args[0], ast.Name) and \
+                call.args[0].id == node.left.id:
+            right = copy.deepcopy(node.right)
+            for inner in ast.walk(right):
+                for field, value in ast.iter_fields(inner):
+                    if isinstance(value, list):
+                        value[:] = [node.left if ast.dump(v) == ast.dump(call) else v for v in value]
+                    elif isinstance(value, ast.AST) and ast.dump(value) == ast.dump(call):
+                        setattr(inner, field, node.left)
+            post = ast.Call(copy.deepcopy(call.func), [ast.BinOp(node.left, ast.Add(), right)], [])
+            found.append(Slip("post_norm", *POST_NORM, post))
+    return found
+
+
+def _pre_norm(holder):
+    """A post-norm block, ``h = self.norm(x + y)`` with ``y`` computed from ``x`` before it, made pre-norm: the
+    statements from ``x``'s last assignment up to it read ``self.norm(x)`` for ``x``, and it becomes ``h = x + y``;
+    each block alone, and every block of the body at once (a layer written pre-norm throughout)."""
+    blocks = []
+    for i, statement in enumerate(holder.body):
+        value = statement.value if isinstance(statement, (ast.Assign, ast.Return)) else None
+        layer = _layer_call(value) if value is not None else None
+        inner = value.args[0] if layer else None
+        if layer and "norm" in layer.lower() and isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) \
+                and isinstance(inner.left, ast.Name) and isinstance(inner.right, ast.Name):
+            blocks.append(i)
+    sets = [[i] for i in blocks] + ([blocks] if len(blocks) > 1 else [])
+    return [Slip("pre_norm", *PRE_NORM, _made_pre_norm(holder, chosen)) for chosen in sets]
+
+
+def _made_pre_norm(holder, blocks):
+    changed = copy.deepcopy(holder)
+    body = changed.body
+    for i in blocks:
+        value = body[i].value
+        norm, inner = value.func, value.args[0]
+        x = inner.left.id
+        start = max([j + 1 for j in range(i) if _assigns(body[j], x)], default=0)
+
+        def normed(x=x, norm=norm):
+            return ast.Call(copy.deepcopy(norm), [ast.Name(x, ast.Load())], [])
+        for statement in body[start:i]:
+            for node in ast.walk(statement):
+                for field, child in ast.iter_fields(node):
+                    if isinstance(child, ast.Name) and child.id == x and isinstance(child.ctx, ast.Load):
+                        setattr(node, field, normed())
+                    elif isinstance(child, list):
+                        child[:] = [normed() if isinstance(c, ast.Name) and c.id == x and isinstance(c.ctx, ast.Load)
+                                    else c for c in child]
+        body[i].value = ast.BinOp(ast.Name(x, ast.Load()), ast.Add(), ast.Name(inner.right.id, ast.Load()))
+    return changed
+
+
+def _assigns(statement, name):
+    return isinstance(statement, ast.Assign) and any(
+        isinstance(n, ast.Name) and n.id == name for t in statement.targets for n in ast.walk(t))
+
+
+def _parameter_swapped(function):
+    """Each read of one of the function's parameters as another of them: keys and values taken from ``x`` where
+    ``context`` belongs (a parameter's name is the student's own: the signature is the hand-out's)."""
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+              if a.arg != "self"]
+    read = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    found = []
+    for param in params:
+        if param not in read:
+            continue
+        for other in params:
+            if other == param:
+                continue
+            changed = copy.deepcopy(function)  # every read of it (keys and values both from x: one mistake)
+            for node in ast.walk(changed):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id == param:
+                    node.id = other
+            found.append(Slip("parameter_swapped", f"`{other}` is used where `{param}` belongs",
+                              f"Use `{param}` there, as the formula does.", changed))
+    return found
+
+
+def _factor_unused(node):
+    """``y * self.weight`` as ``y``: a parameter (or buffer) of the module never used."""
+    if not isinstance(node.op, (ast.Mult, ast.Div)):
+        return []
+    found = []
+    for kept, factor in ((node.left, node.right), (node.right, node.left)):
+        if _self_attribute(factor) and not _constant(kept):
+            found.append(Slip("parameter_unused", f"the result is not {'multiplied' if isinstance(node.op, ast.Mult) else 'divided'} "
+                                                  f"by `{factor.attr}`: the module's `{factor.attr}` is never used",
+                              f"Use `{factor.attr}` as the formula does.", kept))
+    return found
