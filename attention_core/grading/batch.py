@@ -310,14 +310,8 @@ def _write(graded, name, out):
             gradescope.write_results(graded, folder)
             (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
     return Scores(name, graded.score, graded.max_score, graded.protections,
-                  [Score(g.check_id, g.score, g.max_score, _mistakes(g.diagnosis)) for g in graded.grades],
+                  [Score(g.check_id, g.score, g.max_score, g.mistakes) for g in graded.grades],
                   graded.error)
-
-
-def _mistakes(diagnosis):
-    """The mistakes a check's feedback names, each in its own words (what follows "Likely mistake:")."""
-    return tuple(line.removeprefix("Likely mistake: ").split(". Fix: ")[0]
-                 for line in (diagnosis or "").split("\n") if line.startswith("Likely mistake: "))
 
 
 def class_summary(scores, path):

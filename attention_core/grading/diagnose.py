@@ -71,7 +71,7 @@ class Diagnoser:
                 continue  # a property's failure names itself
             if grade.check_id.endswith("/backward"):
                 values_right = grade.check_id.removesuffix("/backward") in passed
-                grade.diagnosis = self._backward(grade.item, grade.result, values_right)
+                grade.diagnosis, grade.mistakes = self._backward(grade.item, grade.result, values_right)
             else:
                 key = id(grade.result)
                 if key not in self._found:  # a Result the grader shared between submissions: diagnosed once
@@ -82,6 +82,7 @@ class Diagnoser:
                 if _raised(grade.result) and wrong & set(self.calls.get(function, ())):
                     found = []  # it raises, and so does a function the reference builds it on: no proof of its own
                 grade.diagnosis = "\n".join(m.told(function) for m in found)
+                grade.mistakes = tuple(m.words(function)[0] for m in found)
         self._name_generated(graded.grades, ask)
         _name_failing_parts(graded.grades, self.calls)
 
@@ -129,6 +130,7 @@ class Diagnoser:
                 continue
             for grade in failed:
                 grade.diagnosis = text
+                grade.mistakes = (sentences[0][0],) if len(sentences) == 1 else ()
 
     def _fits(self, mutant, grades):
         """Whether ``mutant`` gives what the student got on each of ``grades`` (one graded name's)."""
@@ -249,16 +251,17 @@ class Diagnoser:
         return bool(names) and not _agree({n: ours[n] for n in names}, {n: theirs[n] for n in names}, item)
 
     def _backward(self, item, result, values_right):
-        """The mutants of the check's function that lose what its backward check found lost. A gradient
+        """(the feedback naming them, their sentences) of the mutants of the check's function that lose what its
+        backward check found lost. A gradient
         mutant's mistake keeps the values right: it is named only where the check's values passed
         (wrong values lose gradients for reasons of their own)."""
         stages = {f.mismatch.stage for f in result.failures}
         no_gradient = values_right and any(f.mismatch.stage == "gradient" and "no gradient reaches" in
                                            f.mismatch.message for f in result.failures)
-        lines = [m.told(item.check.function) for m in self.library
-                 if item.check.function in m.functions
+        found = [m for m in self.library if item.check.function in m.functions
                  and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
-        return "\n".join(lines)
+        return ("\n".join(m.told(item.check.function) for m in found),
+                tuple(m.words(item.check.function)[0] for m in found))
 
 
 def _function_of(grade):

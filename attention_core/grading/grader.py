@@ -234,7 +234,7 @@ class Grader(BackwardChecks, PropertyGrades):
             self.diagnoser.explain(graded, ask=lambda calls: self._asked(submission, functions, calls))
         except Exception as err:  # noqa: BLE001 (the grade stands; only the naming of its mistakes failed)
             for grade in graded.grades:
-                grade.diagnosis = ""
+                grade.diagnosis, grade.mistakes = "", ()
             graded.note = "\n\n".join(filter(None, [graded.note, f"(The feedback that names mistakes could not "
                                                                   f"be made for this submission: {_said(err)}.)"]))
 

@@ -26,6 +26,7 @@ class Grade:
     diagnosis: str = ""
     call: str = ""  # the call as the student's function sees it (feedback.call_text)
     charged: str = ""  # what else this check's score stands for (its gradients, not checked: one charge)
+    mistakes: tuple = ()  # the mistakes its feedback names as likely, each in its own words (summary.csv's rows)
 
 
 @dataclass

@@ -51,9 +51,13 @@ class Mutant:
             raise ValueError(f"mutant {self.name!r} changes {sorted(self.functions)}: its parts must word "
                              f"the mistake of each of them alone")
 
+    def words(self, function):
+        """(the mistake, its fix) as a failed check of ``function`` tells them."""
+        return self.parts.get(function, (self.mistake, self.fix))
+
     def told(self, function):
         """'Likely mistake: … Fix: …' for a failed check of ``function``."""
-        mistake, fix = self.parts.get(function, (self.mistake, self.fix))
+        mistake, fix = self.words(function)
         return f"Likely mistake: {mistake}. Fix: {fix}"
 
 
