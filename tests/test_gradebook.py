@@ -131,3 +131,19 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
     rows = {row[0] for row in _rows(out / "gradebook.csv")[1:]}
     assert rows == {"alice/attention", "carol/attention"}  # alice's, then carol's; alice again: her own, skipped
     assert "skipped 1 as unchanged" in run.stderr
+
+
+def test_no_cell_of_a_csv_the_batch_writes_starts_a_formula_and_reading_it_back_gives_the_text(tmp_path):
+    from attention_core.grading import cells, gradescope  # noqa: PLC0415
+    from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
+    from attention_core.grading.gradescope import _existing_rows  # noqa: PLC0415
+    names = ["=cmd|calc", "+1+1", "-x", "@SUM(A1)", "\tx", "'=quoted", "''", "'plain", "plain", "-1.5"]
+    scores = [Scores(name, 1.0, 2, grades=[Score("f/c/k", 1.0, 2, ("=HYPERLINK(\"x\")",))]) for name in names]
+    gradescope.write_gradebook(scores, tmp_path / "gradebook.csv")
+    class_summary(scores, tmp_path / "summary.csv")
+    for written in ("gradebook.csv", "summary.csv"):
+        with (tmp_path / written).open(newline="", encoding="utf-8") as handle:
+            raw = [cell for row in csv.reader(handle) for cell in row]
+        assert not any(cell.startswith(cells.FORMULA) for cell in raw if not cells._number(cell)), (written, raw)
+    rows, _ = _existing_rows(tmp_path / "gradebook.csv")
+    assert list(rows) == names  # a regrade reads every name back as it was

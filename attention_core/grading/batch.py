@@ -8,7 +8,6 @@ sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
 
 import collections
 import contextlib
-import csv
 import ctypes
 import fcntl
 import gc
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from attention_core.grading import folders, gradescope, ids, lms, records
+from attention_core.grading import cells, folders, gradescope, ids, lms, records
 from attention_core.grading.properties.model import is_property
 from attention_core.harness.reading.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning
@@ -327,10 +326,9 @@ def class_summary(scores, path):
         mistakes.update(made)
     rows = [("mistake", m, n) for m, n in mistakes.most_common()] + \
         [("property" if is_property(c) else "check", c, n) for c, n in failed.most_common()]
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["kind", "what", "students", "of"])
-        writer.writerows([(kind, what, n, len(scores)) for kind, what, n in rows])
+    with path.open("w", newline="", encoding="utf-8") as handle:  # (cells.py: no cell starts a formula)
+        cells.write_rows(handle, [["kind", "what", "students", "of"],
+                                  *[(kind, what, n, len(scores)) for kind, what, n in rows]])
     return rows
 
 

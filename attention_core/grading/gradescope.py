@@ -14,6 +14,7 @@ import html
 import json
 import math
 
+from attention_core.grading import cells
 from attention_core.grading.feedback import student_report
 from attention_core.harness.text import escape_lines, points
 
@@ -128,11 +129,10 @@ def write_gradebook(graded_list, path):
         scores = {g.check_id: points(g.score) for g in graded.grades}
         rows[graded.name] = {"score": points(graded.score), "max_score": points(graded.max_score), **scores}
     partial = path.with_name(path.name + ".partial")
-    with partial.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["submission", "score", "max_score", *checks])
-        for name, row in rows.items():
-            writer.writerow([name, row.get("score", ""), row.get("max_score", ""), *(row.get(c, "") for c in checks)])
+    with partial.open("w", newline="", encoding="utf-8") as handle:  # (cells.py: no cell starts a formula)
+        cells.write_rows(handle, [["submission", "score", "max_score", *checks]] + [
+            [name, row.get("score", ""), row.get("max_score", ""), *(row.get(c, "") for c in checks)]
+            for name, row in rows.items()])
     partial.replace(path)
     return {str(row.get("max_score", "")) for row in rows.values()}
 
@@ -142,7 +142,7 @@ def _existing_rows(path):
     there is none, or when it is not a gradebook of this format (then it is replaced)."""
     try:
         with path.open(newline="", encoding="utf-8") as handle:
-            table = list(csv.reader(handle))
+            table = cells.read_rows(handle)
     except (OSError, UnicodeDecodeError, csv.Error):
         return {}, []
     if not table or table[0][:3] != ["submission", "score", "max_score"]:

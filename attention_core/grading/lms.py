@@ -33,6 +33,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attention_core.grading import cells
 from attention_core.harness.text import escape as _escape
 from attention_core.harness.text import points as _points
 
@@ -186,8 +187,8 @@ def _number(value):
 
 def _write(path, rows):
     partial = Path(path).with_name(Path(path).name + ".partial")
-    with partial.open("w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(rows)
+    with partial.open("w", newline="", encoding="utf-8") as handle:  # (cells.py: no cell starts a formula)
+        cells.write_rows(handle, rows)
     partial.replace(path)
 
 
