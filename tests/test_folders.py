@@ -44,8 +44,6 @@ def test_a_package_one_file_or_one_notebook_is_one_submission(tmp_path):
 
 
 @pytest.mark.parametrize("files, said", [
-    ({"alice.py": FULL, "bob.py": FULL, "notes.py": "x = 1\n"},
-     "notes.py defines none of the graded names while other files do"),
     ({"a.py": "x = 1\n", "b.py": "y = 2\n"}, "none of its 2 files defines a graded name"),
     ({"a.py": "from b import *\n", "b.py": "from a import *\n"}, "none of its 2 files defines a graded name"),
     ({"a.py": "from b import *\n" + FULL, "b.py": "from a import *\n" + FULL}, "say which is the submission's entry"),
@@ -55,16 +53,46 @@ def test_a_folder_that_cannot_be_told_is_a_question_naming_what_to_do(tmp_path, 
     assert reading.kind == "ambiguous" and said in reading.why and "\n" not in reading.why
 
 
-def test_one_file_of_answers_beside_notes_is_one_submission_and_the_teacher_may_name_the_entry(tmp_path):
+def test_one_file_of_answers_beside_notes_is_one_submission_and_the_teacher_is_told_what_it_leaves_aside(tmp_path):
     folder = _folder(tmp_path, {"alice.py": FULL, "notes.py": "x = 1\n"})
-    assert folders.read(folder, NAMES).entry.name == "alice.py"
+    reading = folders.read(folder, NAMES)
+    assert reading.entry.name == "alice.py" and "notes.py defines none of the graded names" in reading.note
+
+
+def test_students_files_beside_zips_or_folders_of_code_are_a_batch_and_a_file_defining_nothing_gets_its_row(tmp_path):
+    folder = _folder(tmp_path, {"carol.py": FULL, "alice.zip": "", "bob.zip": ""})
+    (folder / "dave").mkdir()
+    (folder / "dave" / "hw.py").write_text(FULL)
+    (folder / "data").mkdir()  # no code: left aside
+    (folder / "data" / "x.txt").write_text("1")
+    reading = folders.read(folder, NAMES)
+    assert reading.kind == "batch" and [p.name for p in reading.members] == ["carol.py", "alice.zip", "bob.zip", "dave"]
+    folder = _folder(tmp_path / "b", {"alice.py": FULL, "bob.py": FULL, "empty.py": ""})
+    assert [p.name for p in folders.read(folder, NAMES).members] == ["alice.py", "bob.py", "empty.py"]
+
+
+def test_one_students_folder_is_never_a_batch(tmp_path):
+    folder = _folder(tmp_path, {"solution.py": FULL, "scratch.py": "def softmax(x):\n    pass\n"})
+    assert folders.read(folder, NAMES, one=True).entry.name == "solution.py"
+    folder = _folder(tmp_path / "b", {"hw.ipynb": json.dumps({"cells": [{"cell_type": "code", "source": FULL}]}),
+                                      "hw.py": FULL})
+    assert folders.read(folder, NAMES, one=True).entry.name == "hw.py"  # a notebook and its exported script
+    folder = _folder(tmp_path / "c", {})
+    (folder / "hw3-main").mkdir()
+    (folder / "hw3-main" / "attention.py").write_text(FULL)
+    assert folders.read(folder, NAMES, one=True).entry.name == "attention.py"
+    folder = _folder(tmp_path / "d", {"a.py": FULL, "b.py": FULL})
+    assert "keep one, or name it attention_student.py" in folders.read(folder, NAMES, one=True).why
+
+
+def test_the_teacher_may_name_the_entry(tmp_path):
     folder = _folder(tmp_path / "b", {"alice.py": FULL, "bob.py": FULL, "notes.py": "x = 1\n"})
     assert folders.read(folder, NAMES, entry="alice.py").entry.name == "alice.py"
     assert "no such file" in folders.read(folder, NAMES, entry="nothing.py").why
 
 
 def test_an_ambiguous_folder_is_refused_before_anything_is_graded(tmp_path):
-    folder = _folder(tmp_path, {"alice.py": FULL, "bob.py": FULL, "notes.py": "x = 1\n"})
+    folder = _folder(tmp_path, {"a.py": "x = 1\n", "b.py": "y = 2\n"})
     stream = io.StringIO()
     assert grade_command([folder], tmp_path / "out", stream=stream, report=io.StringIO()) == 2
     assert stream.getvalue().count("\n") == 1 and "--entry FILE" in stream.getvalue()

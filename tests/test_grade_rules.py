@@ -141,3 +141,62 @@ def test_constant_answers_earn_nothing_and_a_missing_class_costs_only_its_own_ch
     assert constant.score == 0 and constant.max_score == partial.max_score == 44
     lost = {g.check_id.split("/")[0] for g in partial.grades if g.score < g.max_score}
     assert lost == {"block"}, lost
+
+
+TWO_RESULTS = '''import torch
+
+
+def attend(q, k, v):
+    """Scaled dot-product attention: (out, weights)."""
+    w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+    return w @ v, w
+'''
+
+
+@pytest.mark.grading
+def test_a_result_read_for_its_shape_alone_earns_no_share_and_a_wrong_one_costs_its_share(tmp_path):
+    folder_ = tmp_path / "two"
+    (folder_ / "cases").mkdir(parents=True)
+    (folder_ / "reference.py").write_text(TWO_RESULTS)
+    (folder_ / "cases" / "attend.yaml").write_text(
+        "document: {title: T}\ncases:\n  - id: c\n    seed: 0\n    inputs:\n      q: {randn: [2, 3, 4]}\n"
+        "      k: {randn: [2, 3, 4]}\n      v: {randn: [2, 3, 5]}\n    checks:\n      - id: both\n"
+        "        points: 2\n        call: attend(q, k, v)\n        expect:\n          out: torch.Size([2, 3, 5])\n"
+        "          weights: {oracle: 'softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)'}\n")
+    (folder_ / "assignment.yaml").write_text("gradient_points: 0\nreturns:\n  attend: [out, weights]\n")
+    wrong_shape = tmp_path / "wrong_shape.py"
+    wrong_shape.write_text(TWO_RESULTS.replace("return w @ v, w", "return (w @ v).transpose(-2, -1), w"))
+    wrong_weights = tmp_path / "wrong_weights.py"
+    wrong_weights.write_text(TWO_RESULTS.replace("return w @ v, w", "return w @ v, w * 0"))
+    with Grader(assignment=folder_) as grader:
+        shape, weights = grader.grade_each([wrong_shape, wrong_weights])
+    (check,) = [g for g in shape.grades if g.check_id == "attend/c/both"]
+    assert (check.score, check.max_score) == (1.0, 2.0)  # the weights' share only: the wrong shape costs its own
+    (check,) = [g for g in weights.grades if g.check_id == "attend/c/both"]
+    assert check.score == 0.0  # the right shape alone earns nothing
+
+
+def test_property_points_0_keeps_a_property_its_own_checks_entry_gives_points():
+    folder_ = assignments.load(LLAMA)
+    from attention_core.harness.reading.settings import Override  # noqa: PLC0415
+    settings = folder_.settings.model_copy(update={"property_points": 0.0, "checks": {
+        **folder_.settings.checks, "properties/RMSNorm/batched": Override(points=2)}})
+    chosen = assignments.Assignment(folder_.name, folder_.cases, folder_.graded, folder_.reference, settings,
+                                    folder_.folder)
+    items = [i for i in runner.collect(chosen.cases, chosen) if i.error is None]
+    assert {p.id: p.points for p in properties.probes(chosen, items)} == {"properties/RMSNorm/batched": 2.0}
+
+
+@pytest.mark.grading
+def test_a_property_resting_on_another_names_values_is_charged_with_that_names_check_once(tmp_path):
+    source = REFERENCE.replace("    x = x.transpose(-3, -2)  # (..., T, nh, hs)\n", "")
+    assert source != REFERENCE
+    (tmp_path / "merge_wrong.py").write_text(source)
+    with Grader() as grader:
+        graded = grader.grade(tmp_path / "merge_wrong.py")
+    grades = {g.check_id: g for g in graded.grades}
+    split_merge = grades["properties/split_heads/split_merge"]
+    assert split_merge.max_score == 0 and "`merge_heads` gives wrong values" in split_merge.charged
+    assert all(g.score == g.max_score for g in graded.grades if g.item.check.function == "split_heads")
+    carrier = [g for g in graded.grades if "resting on `merge_heads`" in g.charged]
+    assert len(carrier) == 1 and carrier[0].item.check.function == "merge_heads"

@@ -75,10 +75,12 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
         print(f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
               f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
               file=stream)
-    paths, ambiguous = _submissions_in(paths, chosen.names, entry)
+    paths, ambiguous, notes = _submissions_in(paths, chosen.names, entry)
     if ambiguous:
         print(f"error: {ambiguous}", file=stream)
         return 2
+    for note in notes:
+        print(f"note: {note}", file=stream)
     firsts: dict[str, Path] = {}
     for path in paths:  # a path given twice (``a.py ./a.py``) is one submission
         firsts.setdefault(ids.same_file_key(path), Path(path))
@@ -93,20 +95,22 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
 
 def _submissions_in(paths, names, entry):
     """(``paths`` with each folder that holds a batch replaced by its submissions, why one cannot be told or
-    ""); a platform's download (its files named by the platform) is a batch as it is."""
-    found = []
+    "", what the teacher is told of a folder graded as one); a platform's download (its files named by the
+    platform) is a batch as it is."""
+    found, notes = [], []
     for path in paths:
         path = Path(path)
         if not path.is_dir() or path.is_symlink():
             found.append(path)
             continue
         reading = folders.read(path, names, entry)
-        if reading.kind == "ambiguous" and entry is None and any(lms.owner_of(p) for p in path.iterdir()):
+        if entry is None and any(lms.owner_of(p) for p in path.iterdir()):  # each file is a student's: gathered
             reading = folders.Reading("batch", members=tuple(sorted(p for p in path.iterdir() if p.is_file())))
         if reading.kind == "ambiguous":
-            return [], reading.why
+            return [], reading.why, []
         found += list(reading.members) if reading.kind == "batch" else [path]
-    return found, ""
+        notes += [reading.note] if reading.note else []
+    return found, "", notes
 
 
 def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, assignment,

@@ -125,7 +125,7 @@ class Grader(BackwardChecks, PropertyGrades):
 
         Once a submission's calls are made, the next path is read and the grading server sets its
         process up (its sandbox built; nothing of the submission runs before its turn) and collects
-        the one before, while the grader diagnoses and the caller writes out: that work goes on beside
+        the one before, while the caller writes out: that work goes on beside
         the grader's own rather than between submissions. The next path is not read any earlier, so
         that grader processes sharing one queue take a submission only when about to grade it.
         """
@@ -174,14 +174,14 @@ class Grader(BackwardChecks, PropertyGrades):
             if archives.is_zip(path):  # unpacked here under bounds, then graded as what it holds
                 path = archives.unpack(path, tempfile.mkdtemp(dir=self._notebooks.name))
             if path.is_dir():  # the one rule of folders: its entry file, or why it is not one submission
-                reading = folders.read(path, self.assignment.names, self.entry)
+                reading = folders.read(path, self.assignment.names, self.entry, one=True)
                 if reading.kind != "one":
                     return None, f"the submission could not be opened: {reading.why or folders.several(path, reading)}", \
                         False
                 if notebooks.is_notebook(reading.entry):
                     path = reading.entry  # a folder whose submission is a notebook: that notebook
-                else:
-                    entry = str(reading.entry.relative_to(path))
+                else:  # (its entry's own folder: the helpers it imports lie beside it)
+                    path, entry = reading.entry.parent, reading.entry.name
             if notebooks.is_notebook(path):
                 path = notebooks.write_module(path, tempfile.mkdtemp(dir=self._notebooks.name))
             return self._worker.open(path, entry=entry, start=False), "", False
@@ -362,7 +362,7 @@ class Grader(BackwardChecks, PropertyGrades):
         for expectation in item.check.expectations:
             if not isinstance(expectation, ShapeExpectation):
                 valued |= {expectation.target, *expectation.expr.names}
-        read = [name for name in (item.check.returns[i] for i in self._reads[item]) if name in valued]
+        read = [item.check.returns[i] for i in self._reads[item]]
         if result.status is not Status.FAILED or not read:
             return 0.0
         targets = {e.target: e for e in item.check.expectations}
@@ -372,7 +372,8 @@ class Grader(BackwardChecks, PropertyGrades):
             named = {failure.target, *expectation.expr.names} if expectation is not None else \
                 set(failure.target.split(", "))
             wrong |= named & set(read)
-        return points * (len(read) - len(wrong)) / len(read)
+        right = [name for name in read if name in valued and name not in wrong]  # (a shape alone earns no share)
+        return points * len(right) / len(read)
 
     def _reply_bound(self, item):
         """The most bytes a reply to the call ``item`` checks can need: twice the reference's results, three

@@ -55,20 +55,25 @@ def charge_unearned(grades):
     every value check of its graded name passes. Where one fails, that check stands for them: their points are
     moved onto it (the first failed one), so one mistake is charged once and an answer that computes nothing
     earns nothing. What they found stays their feedback."""
-    value_checks, riders = {}, {}
+    value_checks, riders = {}, []
     for grade in grades:
         name = _name_of(grade)
         if name is None:
             continue
         if is_property(grade.check_id) or _shapes_only(grade):
-            riders.setdefault(name, []).append(grade)
+            probe = getattr(grade.item, "probe", None)  # a property rides on every name its relation calls
+            others = sorted(probe.names - {name}) if probe is not None else []
+            riders.append((grade, [name, *others]))
         elif not grade.check_id.endswith("/backward") and grade.result.status not in NEUTRAL:
             value_checks.setdefault(name, []).append(grade)
-    for name, checks in value_checks.items():
-        failed = next((g for g in checks if not g.result.passed), None)
-        moved = [g for g in riders.get(name, ()) if g.max_score > 0] if failed is not None else []
-        if not moved:
-            continue
+    charged = {}  # the failed check -> the grades it stands for, and its name
+    for grade, names in riders:
+        for name in names:  # its own name first: where several fail, the charge is its own name's
+            failed = next((g for g in value_checks.get(name, ()) if not g.result.passed), None)
+            if failed is not None and grade.max_score > 0:
+                charged.setdefault(id(failed), (failed, name, []))[2].append(grade)
+                break
+    for failed, name, moved in charged.values():
         total, kinds = sum(g.max_score for g in moved), _counted(moved)
         for grade in moved:
             grade.score, grade.max_score = 0.0, 0.0
@@ -77,8 +82,8 @@ def charge_unearned(grades):
                 f"its points are charged once, with {failed.check_id}."), grade.charged]))
         failed.max_score += total
         failed.charged = " ".join(filter(None, [failed.charged, (
-            f"It also stands for {kinds} of `{name}` ({points_text(total)} point{'s' * (total != 1)}): those are "
-            f"earned only with right values, so one mistake is charged once.")]))
+            f"It also stands for {kinds} resting on `{name}` ({points_text(total)} point{'s' * (total != 1)}): "
+            f"those are earned only with its right values, so one mistake is charged once.")]))
 
 
 def _name_of(grade):

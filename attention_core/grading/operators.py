@@ -71,7 +71,7 @@ def operators(node, owner_names=()):
                                                                                 "(abs).", node.args[0]))
     if isinstance(node, ast.BinOp):
         found += _dropped_terms(node) + _constant_moved_out(node) + _layers_swapped(node) + _one_off(node)
-        found += _factor_unused(node)
+        found += _factor_unused(node) + _division_missing(node)
         if isinstance(node.op, ast.Sub) and not _constant(node.left) and not _constant(node.right):
             found.append(Slip("subtraction_swapped", "the two sides of a subtraction are swapped (b - a where a - b "
                                                      "belongs): its sign is flipped",
@@ -276,12 +276,10 @@ def _dropped_terms(node):
     if not isinstance(node.op, (ast.Add, ast.Sub)) or _constant(node.left) or _constant(node.right):
         return []
     found = []
-    names_right = {n.id for n in ast.walk(node.right) if isinstance(n, ast.Name)}
-    names_left = {n.id for n in ast.walk(node.left) if isinstance(n, ast.Name)}
     if isinstance(node.op, ast.Add):
-        for kept, dropped, inside in ((node.right, node.left, names_right), (node.left, node.right, names_left)):
+        for kept, dropped in ((node.right, node.left), (node.left, node.right)):
             text = ast.unparse(dropped).lower()
-            if isinstance(dropped, ast.Name) and dropped.id in inside:
+            if isinstance(dropped, ast.Name) and dropped.id in _sublayer_inputs(kept):
                 found.append(Slip("residual_missing", "the residual (skip) connection is left out: the output is the "
                                                       "sublayer's alone, without its input added back",
                                   "Add the input back: x + sublayer(x).", kept))
@@ -294,6 +292,28 @@ def _dropped_terms(node):
         found.append(Slip("subtracted_term_missing", "a subtracted term is left out (a where a - b belongs)",
                           "Subtract it, as the formula does.", node.left))
     return found
+
+
+def _sublayer_inputs(node):
+    """The names read by the arguments of the module's layers (``self.attn(self.norm(x))``: x) that ``node``
+    calls: what a residual connection adds back."""
+    found = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and _self_attribute(call.func):
+            found |= {n.id for arg in call.args for n in ast.walk(arg) if isinstance(n, ast.Name)}
+    return found
+
+
+def _division_missing(node):
+    """``a / b`` as ``a``, ``b`` not a constant nor a square root (those are the scale's slips): the result not
+    divided by its normaliser."""
+    if not isinstance(node.op, ast.Div) or _constant(node.right) or _constant(node.left):
+        return []
+    if isinstance(node.right, ast.Call) and _name(node.right) in ("sqrt", "rsqrt"):
+        return []
+    return [Slip("division_missing", "a division is left out: the result is not divided by its normaliser (a where a / n "
+                                     "belongs)", "Divide by the normaliser, as the formula does.",
+                 node.left)]
 
 
 def _siblings(holder, owner_names):

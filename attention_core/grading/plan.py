@@ -57,13 +57,13 @@ def resolve(path, entry, names=()):
     if path.is_file():
         return path, path.parent, path.stem, False
     if entry is None:
-        reading = folders.read(path, names)
+        reading = folders.read(path, names, one=True)
         if reading.kind == "one" and reading.entry.suffix != ".py":
             raise ValueError(f"{path}: its entry {reading.entry.name} is a notebook: the grader runs a notebook's "
                              f"code cells as a module of their own")
         if reading.kind != "one":
             raise ValueError(reading.why or folders.several(path, reading))
-        entry = reading.entry.name
+        entry = str(reading.entry.relative_to(path))
     file = path / entry
     if entry == "__init__.py":
         return file, path, path.name, True

@@ -6,7 +6,9 @@ every check says "not implemented".
 
 import ast
 import inspect
+import io
 import textwrap
+import tokenize
 
 from attention_core import spec
 from attention_core.harness.reading.assignment import own_doc
@@ -70,11 +72,27 @@ def assignment_template(assignment, fmt="py"):
 
 
 def _teacher_header(assignment):
-    tree = ast.parse(inspect.getsource(assignment.reference))
-    imports = [ast.get_source_segment(inspect.getsource(assignment.reference), node)
+    """The hand-out's first lines: its title, the reference's imports, and the assignments its signatures read."""
+    module_source = inspect.getsource(assignment.reference)
+    tree = ast.parse(module_source)
+    imports = [ast.get_source_segment(module_source, node)
                for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    needed = _needed(module_source, _signatures(assignment))
     title = assignment.settings.title or assignment.name
-    return f'"""{title}: implement each function and class below."""\n\n' + "\n".join(imports) + "\n"
+    return (f'"""{title}: implement each function and class below."""\n\n' + "\n".join(imports) + "\n"
+            + ("\n" + "\n".join(needed) + "\n" if needed else ""))
+
+
+def _signatures(assignment):
+    """The signature texts the stubs copy: each graded function's, each graded class's __init__ and forward."""
+    found = []
+    for graded in assignment.graded.values():
+        source = textwrap.dedent(inspect.getsource(getattr(assignment.reference, graded.name)))
+        node = ast.parse(source).body[0]
+        defs = [node] if not graded.is_class else [f for f in node.body if isinstance(f, ast.FunctionDef)
+                                                   and f.name in ("__init__", "forward")]
+        found += [_signature(source, d, "") for d in defs]
+    return found
 
 
 def _stub(assignment, graded):
@@ -107,27 +125,58 @@ def _stub(assignment, graded):
 
 def _signature(source, node, indent):
     """The text of a ``def``'s signature as the reference writes it, from its opening parenthesis to the colon:
-    ``(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:`` (annotations, defaults and line breaks as
-    written; a continuation line re-indented under ``indent``)."""
+    ``(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:`` (annotations, defaults, comments and line breaks
+    as written; a continuation line re-indented under ``indent``). Read by Python's tokenizer: a parenthesis or
+    a colon in a comment or a string is not the signature's."""
     lines = source.splitlines(keepends=True)
     start = sum(len(line) for line in lines[:node.lineno - 1]) + node.col_offset
-    body = node.body[0]
-    end = sum(len(line) for line in lines[:body.lineno - 1]) + body.col_offset
-    text = source[start:end]
-    opening = text.index("(", text.index(node.name) + len(node.name))
-    depth, close = 0, None
-    for position, token in enumerate(text[opening:], opening):  # the colon after the matching parenthesis
-        if token in "([{":
-            depth += 1
-        elif token in ")]}":
-            depth -= 1
-        elif token == ":" and depth == 0:
-            close = position
-            break
-    signature = text[opening:close + 1] if close is not None else "(" + ast.unparse(node.args) + "):"
+    text = source[start:]
+    opening = close = None
+    depth = 0
+    offsets = [0]
+    for line in text.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type != tokenize.OP:
+                continue
+            at = offsets[token.start[0] - 1] + token.start[1]
+            if token.string in "([{":
+                opening = at if opening is None else opening
+                depth += 1
+            elif token.string in ")]}":
+                depth -= 1
+            elif token.string == ":" and depth == 0 and opening is not None:
+                close = at
+                break
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        close = None
+    if opening is None or close is None:
+        returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
+        return f"({ast.unparse(node.args)}){returns}:"
+    signature = text[opening:close + 1]
     first, *rest = signature.split("\n")
     own = len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip())
     return "\n".join([first, *(indent + line[own:] if line[:own].isspace() else line for line in rest)])
+
+
+def _needed(source, signatures):
+    """The reference's top-level assignments of the names its copied signatures use (``EPS = 1e-6``, ``Tensor =
+    torch.Tensor``), in its order: the hand-out must define what its signatures read."""
+    used = set()
+    for signature in signatures:
+        try:
+            tree = ast.parse(f"def _{signature.rstrip(':')}: pass" if signature.startswith("(") else "")
+        except SyntaxError:
+            continue
+        used |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    kept = []
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(t, ast.Name) and t.id in used for t in targets):
+            kept.append(ast.get_source_segment(source, node))
+    return kept
 
 
 def _layers(node):

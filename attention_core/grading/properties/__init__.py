@@ -146,10 +146,10 @@ def probes(assignment, items, preparation=None, points=None):
     PROPERTY_POINTS each, a teacher's are feedback worth 0 (the teacher's points are what the teacher gives);
     0 given: none."""
     points = first_given(points, assignment.settings.property_points)
-    if points == 0:
-        return []
     feedback = points is None and not assignment.builtin  # shown, worth nothing
-    points = 0.0 if feedback else float(first_given(points, PROPERTY_POINTS))
+    points = 0.0 if feedback else float(first_given(points, PROPERTY_POINTS))  # (0: only those checks: gives)
+    if points == 0 and not feedback and not any(key.startswith("properties/") for key in assignment.settings.checks):
+        return []
     if assignment.builtin:
         bases = builtin_bases()
     else:

@@ -1,8 +1,8 @@
 """An assignment's settings, ``assignment.yaml``: what a teacher sets once for the whole assignment.
 
 Every key is optional; without the file the defaults below hold (every case visible, one point a
-check, one point a backward check, one point a property, 5 s a call, 60 s a submission, modules in
-``eval`` mode).
+check, one point a backward check, properties shown as feedback worth 0, 5 s of CPU time a call, 60 s a
+submission, modules in ``eval`` mode).
 Validated like case files: a declared model, a JSON Schema (``python -m attention_core.harness.reading.settings``)
 and each problem at its file:line:column.
 """
@@ -58,8 +58,9 @@ class Settings(BaseModel):
     budget: Seconds = Field(BUDGET, description="seconds one submission may take in all")
     mode: Literal["eval", "train"] = Field("eval", description="the mode a module is called in, unless a case "
                                                                 "says 'mode'")
-    property_points: Points | None = Field(None, description="points of each property check (0: none; not given: "
-                                                             "shown as feedback worth 0 points)")
+    property_points: Points | None = Field(None, description="points of each property check (0: none but those "
+                                                             "checks: gives points; not given: shown as feedback "
+                                                             "worth 0 points)")
     properties: dict[Identifier, list[Literal[PROPERTY_KINDS]]] = Field(
         default_factory=dict, description="per graded name, the properties it is checked for (default: every "
                                           "one its reference holds; [] for none)")
