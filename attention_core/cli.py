@@ -15,11 +15,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attention_core.authoring.commands import AUTHORING, add_authoring_commands
-from attention_core.harness.reading import inventory
 from attention_core.harness.checking import runner
-from attention_core.harness.reading.cases import load_folder
 from attention_core.harness.checking.devices import DEVICES, covered, skip_reason
 from attention_core.harness.checking.results import Status, one_line, render
+from attention_core.harness.reading import inventory
+from attention_core.harness.reading.cases import load_folder
 from attention_core.harness.text import escape, is_terminal
 from attention_core.report import html as report
 
@@ -46,70 +46,155 @@ def main(argv: list[str] | None = None) -> int:
     common = Parser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument("--cases", type=Path, help="folder of case files (default: the project's cases/)")
     parser.add_argument("--cases", type=Path, default=None, help="folder of case files (default: the project's cases/)")
-    assignment_help = ("an assignment's folder: reference.py, cases/ and an optional assignment.yaml "
-                       "(default: the built-in spec and the project's cases/)")
+    assignment_help = (
+        "an assignment's folder: reference.py, cases/ and an optional assignment.yaml "
+        "(default: the built-in spec and the project's cases/)"
+    )
     common.add_argument("--assignment", type=Path, metavar="DIR", help=assignment_help)
     parser.add_argument("--assignment", type=Path, metavar="DIR", default=None, help=assignment_help)
     commands = parser.add_subparsers(dest="command")
     check = commands.add_parser("check", parents=[common], help="run every case on the reference core (the default)")
     for p, default, prefix in ((parser, None, ""), (check, argparse.SUPPRESS, "check_")):
-        p.add_argument("--device", action="append", choices=DEVICES, default=default, dest=f"{prefix}device",
-                       help="device to run on (repeatable; default: cpu, and cuda when available)")
-        p.add_argument("-v", "--verbose", action="store_true", default=default or False,
-                       help="print every failure in full")
-        p.add_argument("--html", type=Path, metavar="REPORT", default=default, dest=f"{prefix}html",
-                       help="also write an HTML report (summaries, each failure with heatmaps) to REPORT")
-    table = commands.add_parser("inventory", parents=[common],
-                                help="check the corpus inventory and print the README's corpus table")
-    table.add_argument("--write-readme", type=Path, metavar="README", default=None,
-                       help="replace the table between the corpus markers of this README")
-    template = commands.add_parser("template", parents=[common],
-                                   help="print the students' hand-out: the spec's signatures, documented, as stubs")
-    template.add_argument("--format", choices=("py", "ipynb"), default="py",
-                          help="a Python module (default) or the same stubs as a notebook")
-    kit = commands.add_parser("student-kit", parents=[common],
-                              help="write what students check themselves with: the visible cases with their "
-                                   "expectations recorded, the template, no solution")
+        p.add_argument(
+            "--device",
+            action="append",
+            choices=DEVICES,
+            default=default,
+            dest=f"{prefix}device",
+            help="device to run on (repeatable; default: cpu, and cuda when available)",
+        )
+        p.add_argument(
+            "-v", "--verbose", action="store_true", default=default or False, help="print every failure in full"
+        )
+        p.add_argument(
+            "--html",
+            type=Path,
+            metavar="REPORT",
+            default=default,
+            dest=f"{prefix}html",
+            help="also write an HTML report (summaries, each failure with heatmaps) to REPORT",
+        )
+    table = commands.add_parser(
+        "inventory", parents=[common], help="check the corpus inventory and print the README's corpus table"
+    )
+    table.add_argument(
+        "--write-readme",
+        type=Path,
+        metavar="README",
+        default=None,
+        help="replace the table between the corpus markers of this README",
+    )
+    template = commands.add_parser(
+        "template", parents=[common], help="print the students' hand-out: the spec's signatures, documented, as stubs"
+    )
+    template.add_argument(
+        "--format",
+        choices=("py", "ipynb"),
+        default="py",
+        help="a Python module (default) or the same stubs as a notebook",
+    )
+    kit = commands.add_parser(
+        "student-kit",
+        parents=[common],
+        help="write what students check themselves with: the visible cases with their "
+        "expectations recorded, the template, no solution",
+    )
     kit.add_argument("kit", type=Path, metavar="KIT", help="the folder to write (it must not exist)")
-    zipped = commands.add_parser("gradescope-bundle", parents=[common],
-                                 help="write the zip a Gradescope autograder is built from")
+    zipped = commands.add_parser(
+        "gradescope-bundle", parents=[common], help="write the zip a Gradescope autograder is built from"
+    )
     zipped.add_argument("zip", type=Path, metavar="OUT.zip", help="the zip to write")
     grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
-    grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION",
-                       help="a student's .py file, .ipynb notebook, or folder (one or many)")
-    grade.add_argument("--out", type=Path, required=True, metavar="DIR",
-                       help="write DIR/submissions/<id>/results.json (Gradescope's format; <id>: the submission's "
-                            "path) and DIR/gradebook.csv")
-    grade.add_argument("--entry", default=None, metavar="FILE",
-                       help="each SUBMISSION folder is one submission, imported from this file of it (default: a "
-                            "folder whose files each define the graded names is a batch, one submission each; one "
-                            "whose files import one another is one, from the file that holds the most names)")
+    grade.add_argument(
+        "submissions",
+        nargs="+",
+        type=Path,
+        metavar="SUBMISSION",
+        help="a student's .py file, .ipynb notebook, or folder (one or many)",
+    )
+    grade.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="write DIR/submissions/<id>/results.json (Gradescope's format; <id>: the submission's "
+        "path) and DIR/gradebook.csv",
+    )
+    grade.add_argument(
+        "--entry",
+        default=None,
+        metavar="FILE",
+        help="each SUBMISSION folder is one submission, imported from this file of it (default: a "
+        "folder whose files each define the graded names is a batch, one submission each; one "
+        "whose files import one another is one, from the file that holds the most names)",
+    )
     grade.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
-    grade.add_argument("--regrade", action="store_true",
-                       help="grade every submission again, also those whose record in --out shows them unchanged")
-    grade.add_argument("--timeout", type=float, default=None, metavar="S",
-                       help="seconds one call may take (default: the assignment's, 5)")
-    grade.add_argument("--budget", type=float, default=None, metavar="S",
-                       help="seconds one submission may take in all (default: the assignment's, 60)")
-    grade.add_argument("--gradient-points", type=float, default=None, metavar="P",
-                       help="points of each backward (gradient and side-effect) check; 0 switches them off "
-                            "(default: the assignment's, 1)")
-    grade.add_argument("--roster", type=Path, default=None, metavar="CSV",
-                       help="the class's gradebook as the learning platform exports it (Canvas's gradebook CSV, "
-                            "Moodle's grading worksheet): adds roster.csv (who did not submit) and the grades in "
-                            "that platform's import format")
-    grade.add_argument("--property-points", type=float, default=None, metavar="P",
-                       help="points of each property check (docs/properties.md); 0 switches them off "
-                            "(default: the assignment's, 1)")
-    worth = commands.add_parser("points", parents=[common],
-                                help="print what every check and property is worth, and who sees it, before grading")
+    grade.add_argument(
+        "--regrade",
+        action="store_true",
+        help="grade every submission again, also those whose record in --out shows them unchanged",
+    )
+    grade.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds one call may take (default: the assignment's, 5)",
+    )
+    grade.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds one submission may take in all (default: the assignment's, 60)",
+    )
+    grade.add_argument(
+        "--gradient-points",
+        type=float,
+        default=None,
+        metavar="P",
+        help="points of each backward (gradient and side-effect) check; 0 switches them off "
+        "(default: the assignment's, 1)",
+    )
+    grade.add_argument(
+        "--roster",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="the class's gradebook as the learning platform exports it (Canvas's gradebook CSV, "
+        "Moodle's grading worksheet): adds roster.csv (who did not submit) and the grades in "
+        "that platform's import format",
+    )
+    grade.add_argument(
+        "--property-points",
+        type=float,
+        default=None,
+        metavar="P",
+        help="points of each property check (docs/properties.md); 0 switches them off (default: the assignment's, 1)",
+    )
+    worth = commands.add_parser(
+        "points", parents=[common], help="print what every check and property is worth, and who sees it, before grading"
+    )
     for option, what in (("--gradient-points", "backward check"), ("--property-points", "property check")):
-        worth.add_argument(option, type=float, default=None, metavar="P",
-                           help=f"points of each {what}, as grade takes it (default: the assignment's)")
-    adequate = commands.add_parser("adequacy", parents=[common],
-                                   help="list the mistakes (made from the reference) that no case or property catches")
-    adequate.add_argument("-v", "--verbose", action="store_true", dest="adequacy_verbose",
-                          help="also list each mistake that is caught, and by which check")
+        worth.add_argument(
+            option,
+            type=float,
+            default=None,
+            metavar="P",
+            help=f"points of each {what}, as grade takes it (default: the assignment's)",
+        )
+    adequate = commands.add_parser(
+        "adequacy",
+        parents=[common],
+        help="list the mistakes (made from the reference) that no case or property catches",
+    )
+    adequate.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        dest="adequacy_verbose",
+        help="also list each mistake that is caught, and by which check",
+    )
     add_authoring_commands(commands, common)
     args = parser.parse_args(argv)
     try:
@@ -121,15 +206,19 @@ def main(argv: list[str] | None = None) -> int:
         return AUTHORING[args.command](args)
     if args.command == "template":
         from attention_core.grading.template import assignment_template  # noqa: PLC0415 (loads only when asked)
+
         print(assignment_template(chosen, fmt=args.format), end="")
         return 0
     if args.command == "points":
-        from attention_core.grading.options import GradingOptions  # noqa: PLC0415
         from attention_core.grading.grader import points_command  # noqa: PLC0415
-        return points_command(chosen, GradingOptions(gradient_points=args.gradient_points,
-                                                     property_points=args.property_points))
+        from attention_core.grading.options import GradingOptions  # noqa: PLC0415
+
+        return points_command(
+            chosen, GradingOptions(gradient_points=args.gradient_points, property_points=args.property_points)
+        )
     if args.command == "adequacy":
         from attention_core.grading import adequacy  # noqa: PLC0415
+
         return adequacy.report(adequacy.assess(chosen), verbose=args.adequacy_verbose)
     if args.command in ("student-kit", "gradescope-bundle"):  # what the students get: the settings as meant
         problems = chosen.settings_problems(runner.collect(chosen.cases, chosen))
@@ -138,9 +227,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.command == "student-kit":
         from attention_core.kit import write_kit  # noqa: PLC0415
+
         return write_kit(chosen, args.kit)
     if args.command == "gradescope-bundle":
         from attention_core.grading.autograder import bundle  # noqa: PLC0415
+
         print(f"wrote {bundle(args.zip, Path(__file__).resolve().parent.parent, assignment=chosen)}", file=sys.stderr)
         return 0
     folder = chosen.cases
@@ -149,22 +240,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         from attention_core.grading.batch import grade_command  # noqa: PLC0415
         from attention_core.grading.options import GradingOptions  # noqa: PLC0415
-        options = GradingOptions(call_timeout=args.timeout, budget=args.budget, gradient_points=args.gradient_points,
-                                 property_points=args.property_points)
-        return grade_command(args.submissions, args.out, assignment=getattr(args, "assignment", None),
-                             cases=getattr(args, "cases", None), jobs=args.jobs, options=options,
-                             regrade=args.regrade, roster=args.roster, entry=args.entry)
+
+        options = GradingOptions(
+            call_timeout=args.timeout,
+            budget=args.budget,
+            gradient_points=args.gradient_points,
+            property_points=args.property_points,
+        )
+        return grade_command(
+            args.submissions,
+            args.out,
+            assignment=getattr(args, "assignment", None),
+            cases=getattr(args, "cases", None),
+            jobs=args.jobs,
+            options=options,
+            regrade=args.regrade,
+            roster=args.roster,
+            entry=args.entry,
+        )
     if args.command == "inventory":
         return inventory_command(folder, args.write_readme)
     devices = (args.device or []) + getattr(args, "check_device", [])
-    return check_command(folder, covered(devices), args.verbose, html=getattr(args, "check_html", None) or args.html,
-                         assignment=chosen)
+    return check_command(
+        folder, covered(devices), args.verbose, html=getattr(args, "check_html", None) or args.html, assignment=chosen
+    )
 
 
 def chosen_assignment(args):
     """The Assignment the command works on: ``--assignment DIR``, else the built-in one; ``--cases DIR``
     replaces its case folder. Raises ValueError (an AssignmentError or SettingsError) naming the problem."""
     from attention_core.harness.reading import assignment  # noqa: PLC0415
+
     return assignment.resolve(getattr(args, "assignment", None), getattr(args, "cases", None))
 
 
@@ -204,8 +310,11 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
     """
     out = out or sys.stdout
     if html is not None and not _writable_folder(Path(html).parent):
-        print(f"error: --html {html}: {Path(html).parent} is not a folder this user can write to; give a "
-              f"report path in one", file=sys.stderr)
+        print(
+            f"error: --html {html}: {Path(html).parent} is not a folder this user can write to; give a "
+            f"report path in one",
+            file=sys.stderr,
+        )
         return 2
     items = runner.collect(folder, assignment)
     if not items:
@@ -213,8 +322,14 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
         return 1
     rows, errata, shown = {}, [], Shown()
     page = report.Page("attention-core: checks on the reference core", subtitle=str(folder)) if html else None
-    progress = tqdm(items, desc="checking", unit="check", file=sys.stderr, leave=False,
-                    disable=not is_terminal(sys.stderr) or len(items) < 50)  # a bar on a terminal only
+    progress = tqdm(
+        items,
+        desc="checking",
+        unit="check",
+        file=sys.stderr,
+        leave=False,
+        disable=not is_terminal(sys.stderr) or len(items) < 50,
+    )  # a bar on a terminal only
     for item in progress:
         title = item.file.document.title if item.file.document else ""
         row = rows.setdefault(item.file.name, {"title": title, **dict.fromkeys(COLUMNS, 0)})
@@ -235,8 +350,11 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
     for line in skipped:
         print(line, file=out)
     if errata:
-        print(f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
-              f"(checked that way{'' if verbose else '; -v gives the notes'}):", file=out)
+        print(
+            f"\nerrata: {len(errata)} printed values reproduce only with the document's own mistake "
+            f"(checked that way{'' if verbose else '; -v gives the notes'}):",
+            file=out,
+        )
         for item in errata:
             note = f": {escape(item.check.erratum.note)}" if verbose else ""
             print(f"  {escape(item.id)} ({item.location}){note}", file=out)
@@ -267,7 +385,7 @@ class Shown:
         if len(self.reports) < self.MAX_REPORTS:
             text = f"{str(result.status).upper()} {render(result, traceback=verbose)}"
             if len(text) > self.MAX_REPORT_CHARS:
-                text = text[:self.MAX_REPORT_CHARS] + f"\n… ({len(text) - self.MAX_REPORT_CHARS} more characters)"
+                text = text[: self.MAX_REPORT_CHARS] + f"\n… ({len(text) - self.MAX_REPORT_CHARS} more characters)"
             self.reports.append(text)
         if len(self.lines) < self.MAX_LINES:
             self.lines.append(one_line(result))
@@ -285,9 +403,15 @@ class Shown:
 
 # The table's columns: the first three stay as they are; later ones are added after them.
 COLUMNS = ("passed", "failed", "skipped", "errors", "pending")
-_COLUMN = {Status.PASSED: "passed", Status.FAILED: "failed", Status.NOT_IMPLEMENTED: "failed",
-           Status.IMPLEMENTATION_ERROR: "failed", Status.CASE_ERROR: "errors", Status.HARNESS_ERROR: "errors",
-           Status.PENDING: "pending"}
+_COLUMN = {
+    Status.PASSED: "passed",
+    Status.FAILED: "failed",
+    Status.NOT_IMPLEMENTED: "failed",
+    Status.IMPLEMENTATION_ERROR: "failed",
+    Status.CASE_ERROR: "errors",
+    Status.HARNESS_ERROR: "errors",
+    Status.PENDING: "pending",
+}
 
 
 def _print_table(rows, out):

@@ -25,8 +25,17 @@ def instance_record(init_args, init_kwargs, state, mode, dtype, buffers=(), rng=
     ``buffers``: the names in ``state`` that are buffers, not parameters; ``rng``: the generator state the
     call starts from (the case's stream after the reference made its instance), so that a module in train
     mode draws its dropout as the notebook did."""
-    return {INSTANCE: {"args": list(init_args), "kwargs": dict(init_kwargs), "state": dict(state), "mode": mode,
-                       "dtype": str(dtype).removeprefix("torch."), "buffers": sorted(buffers), "rng": rng}}
+    return {
+        INSTANCE: {
+            "args": list(init_args),
+            "kwargs": dict(init_kwargs),
+            "state": dict(state),
+            "mode": mode,
+            "dtype": str(dtype).removeprefix("torch."),
+            "buffers": sorted(buffers),
+            "rng": rng,
+        }
+    }
 
 
 def call(instance, record, args, kwargs):
@@ -95,12 +104,19 @@ def load_state(instance, state, name, buffers=()):
         if extra:
             parts.append(f"it has {_listed(extra, own)} that the reference does not")
         if shapes:
-            parts.append("; ".join(f"your `{k}` is {tuple(own[k].shape)} where the reference's is "
-                                   f"{tuple(state[k].shape)}" for k in shapes[:4]))
+            parts.append(
+                "; ".join(
+                    f"your `{k}` is {tuple(own[k].shape)} where the reference's is {tuple(state[k].shape)}"
+                    for k in shapes[:4]
+                )
+            )
         reference = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in list(state.items())[:8])
-        raise StateMismatch("; ".join(parts) + f"; the reference has {reference or 'no parameters'}"
-                            + (", ..." if len(state) > 8 else "")
-                            + " (parameters are matched by their names)")
+        raise StateMismatch(
+            "; ".join(parts)
+            + f"; the reference has {reference or 'no parameters'}"
+            + (", ..." if len(state) > 8 else "")
+            + " (parameters are matched by their names)"
+        )
     with torch.no_grad():
         for key, value in state.items():
             own[key].copy_(value)

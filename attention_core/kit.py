@@ -28,11 +28,10 @@ import torch
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from attention_core.grading import worth
-from attention_core.harness.reading.assignment import KIT_FILE
 from attention_core.authoring.record import round_trip
+from attention_core.grading import worth
 from attention_core.harness.checking import calls, runner
-
+from attention_core.harness.reading.assignment import KIT_FILE
 
 
 def write_kit(assignment, kit, out=None):
@@ -48,8 +47,11 @@ def write_kit(assignment, kit, out=None):
     items = runner.collect(assignment.cases, assignment)
     broken = [i for i in items if i.error is not None]
     if broken:
-        print(f"error: {broken[0].location}: {broken[0].error.message} (a kit is made from case files that "
-              f"load: run lint)", file=sys.stderr)
+        print(
+            f"error: {broken[0].location}: {broken[0].error.message} (a kit is made from case files that "
+            f"load: run lint)",
+            file=sys.stderr,
+        )
         return 2
     building = Path(tempfile.mkdtemp(prefix=f".{kit.name}-", dir=kit.parent))  # renamed to KIT once whole
     try:
@@ -60,8 +62,12 @@ def write_kit(assignment, kit, out=None):
         return 2
     _readable(building)
     building.rename(kit)
-    print(f"{kit}: {kept} visible check{'s' * (kept != 1)}" + (f", {left} left out (hidden, or needing the "
-          f"reference)" if left else "") + f"; students run: pytest --assignment {kit} --impl FILE", file=out)
+    print(
+        f"{kit}: {kept} visible check{'s' * (kept != 1)}"
+        + (f", {left} left out (hidden, or needing the reference)" if left else "")
+        + f"; students run: pytest --assignment {kit} --impl FILE",
+        file=out,
+    )
     return 0
 
 
@@ -81,6 +87,7 @@ def _build(assignment, items, kit):
     if students:
         _write_yaml(kit / "assignment.yaml", students)
     from attention_core.grading.template import assignment_template  # noqa: PLC0415
+
     (kit / "template.py").write_text(assignment_template(assignment), encoding="utf-8")
     (kit / "template.ipynb").write_text(assignment_template(assignment, fmt="ipynb"), encoding="utf-8")
     (kit / "README.md").write_text(_readme(assignment, kept, left), encoding="utf-8")
@@ -138,7 +145,7 @@ def _number(value):
 
 def _readable(folder):
     """A kit is handed out: folders 0755, files 0644 (a temporary folder is made 0700)."""
-    for root, folders, files in os.walk(folder):
+    for root, _folders, files in os.walk(folder):
         os.chmod(root, 0o755)
         for name in files:
             os.chmod(os.path.join(root, name), 0o644)
@@ -146,6 +153,7 @@ def _readable(folder):
 
 def _makes_instance(item):
     from attention_core.harness.languages import expr  # noqa: PLC0415
+
     return item.check.kind == "call" and expr.makes_instance(item.check.expr.tree)
 
 
@@ -200,8 +208,12 @@ def _spec_tree(assignment):
     tree["title"] = assignment.name
     graded = CommentedMap()
     for g in assignment.graded.values():
-        entry = CommentedMap(kind=g.kind, params=_flow([p.name for p in g.params]),
-                             call_params=_flow([p.name for p in g.call_params]), returns=_flow(list(g.returns)))
+        entry = CommentedMap(
+            kind=g.kind,
+            params=_flow([p.name for p in g.params]),
+            call_params=_flow([p.name for p in g.call_params]),
+            returns=_flow(list(g.returns)),
+        )
         graded[g.name] = entry
     tree["graded"] = graded
     return tree
@@ -215,12 +227,18 @@ def _write_yaml(path, tree):
 
 def _readme(assignment, kept, left):
     names = ", ".join(f"`{g.signature()}`" for g in assignment.graded.values())
-    missing = (f"\n{left} of the teacher's checks are not in this kit (hidden ones, and those whose arguments "
-               f"need the solution); your grade counts them too.\n" if left else "")
-    return (f"# {assignment.name}: a students' kit\n\n"
-            f"Implement {names} in one file (start from `template.py`, or `template.ipynb`), then check it "
-            f"against the visible worked examples:\n\n"
-            f"```sh\npytest --assignment . --impl my_solution.py\n```\n\n"
-            f"Each failing check says what was expected and what your code returned. This checks values only: "
-            f"when your teacher grades, each call's gradients are checked too (no `.detach()`, no change to "
-            f"the tensors you are given).\n{missing}")
+    missing = (
+        f"\n{left} of the teacher's checks are not in this kit (hidden ones, and those whose arguments "
+        f"need the solution); your grade counts them too.\n"
+        if left
+        else ""
+    )
+    return (
+        f"# {assignment.name}: a students' kit\n\n"
+        f"Implement {names} in one file (start from `template.py`, or `template.ipynb`), then check it "
+        f"against the visible worked examples:\n\n"
+        f"```sh\npytest --assignment . --impl my_solution.py\n```\n\n"
+        f"Each failing check says what was expected and what your code returned. This checks values only: "
+        f"when your teacher grades, each call's gradients are checked too (no `.detach()`, no change to "
+        f"the tensors you are given).\n{missing}"
+    )

@@ -38,8 +38,9 @@ def causal_average(x: torch.Tensor) -> torch.Tensor:
     return x.cumsum(dim=-2) / counts[:, None]  # (..., T, C)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention.
 
     Args:
@@ -81,8 +82,14 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(*lead, T, nh * hs)  # (..., T, C)
 
 
-def multi_head_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, n_heads: int,
-                         mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def multi_head_attention(
+    x: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    n_heads: int,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-head self-attention without an output projection.
 
     ``q = x @ w_q`` (and alike for k, v) with ``w_q`` of shape ``(C, n_heads * d_k)``; the

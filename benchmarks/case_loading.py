@@ -29,7 +29,7 @@ _DIGIT = re.compile(r"(?<=\d\.\d\d)\d(?=\d*[,\]\s])")  # a printed number's thir
 
 def write_copies(folder, text, count, *, vary):
     for i in range(count):
-        copy = _DIGIT.sub(lambda m: str((int(m.group()) + i) % 10), text) if vary else text
+        copy = _DIGIT.sub(lambda m, i=i: str((int(m.group()) + i) % 10), text) if vary else text
         (folder / f"copy_{i:05d}.yaml").write_text(copy, encoding="utf-8")
 
 
@@ -61,8 +61,9 @@ def main():
                 times = [time_loading(folder) for _ in range(args.runs)]
             wall, cpu = (statistics.median(t[i] for t in times) for i in (0, 1))
             kind = "every number changed" if vary else "identical copies"
-            print(f"{count:6d} copies, {kind:21s}: {wall:.3f} s wall, {cpu:.3f} s CPU "
-                  f"({cpu / count * 1e3:.2f} ms a file)")
+            print(
+                f"{count:6d} copies, {kind:21s}: {wall:.3f} s wall, {cpu:.3f} s CPU ({cpu / count * 1e3:.2f} ms a file)"
+            )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ grader processes' memory together (flat in N: run it with two N to compare).
 """
 
 import argparse
-import os
 import inspect
+import os
 import statistics
 import subprocess
 import sys
@@ -37,9 +37,14 @@ def submissions(folder):
     # The library's first 18 mutants: the batch stays the same 25 as the library grows.
     files = {f"mutant_{m.name}": mutants.submission_source(m) for m in mutants.MUTANTS[:18]}
     files.update(reference=source, template=template(), import_error="raise ImportError('no')\n")
-    styles = (ROOT / "tests" / "implementations.py").read_text(encoding="utf-8").replace(
-        "from attention_core import reference\n",
-        f"import types as _types\nreference = _types.ModuleType('reference')\nexec({source!r}, reference.__dict__)\n")
+    styles = (
+        (ROOT / "tests" / "implementations.py")
+        .read_text(encoding="utf-8")
+        .replace(
+            "from attention_core import reference\n",
+            f"import types as _types\nreference = _types.ModuleType('reference')\nexec({source!r}, reference.__dict__)\n",
+        )
+    )
     for style in ("LOOPS", "FLOAT64", "EINSUM", "TORCH"):
         files[style.lower()] = styles + f"\nglobals().update({style})\n"
     paths = []
@@ -55,9 +60,24 @@ def wall(paths, out, jobs, extra=(), memory=None):
     (sampled every 0.2 s; not their worker servers', not the submissions') is appended to it."""
     start = time.perf_counter()
     # --regrade: every run grades every submission (an unchanged one would otherwise be skipped by its record)
-    batch = subprocess.Popen([sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out),
-                              "--jobs", str(jobs), "--regrade", *extra],
-                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    batch = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            *paths,
+            "--out",
+            str(out),
+            "--jobs",
+            str(jobs),
+            "--regrade",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     peak = 0
     while batch.poll() is None:
         if memory is not None:
@@ -106,13 +126,19 @@ def main():
     for mode, (walls25, walls2) in walls.items():
         w25, w2 = statistics.median(walls25), statistics.median(walls2)
         rates[mode] = [23 / (a - b) for a, b in zip(walls25, walls2)]
-        print(f"properties {mode:3s}: 25 submissions {w25:.2f} s, 2 submissions {w2:.2f} s (medians of {args.runs}, "
-              f"--jobs {args.jobs})")
-        print(f"  marginal rate  : {23 / (w25 - w2):.1f} submissions/s (goal >= 8); per run: "
-              f"{', '.join(f'{r:.1f}' for r in rates[mode])}")
+        print(
+            f"properties {mode:3s}: 25 submissions {w25:.2f} s, 2 submissions {w2:.2f} s (medians of {args.runs}, "
+            f"--jobs {args.jobs})"
+        )
+        print(
+            f"  marginal rate  : {23 / (w25 - w2):.1f} submissions/s (goal >= 8); per run: "
+            f"{', '.join(f'{r:.1f}' for r in rates[mode])}"
+        )
     ratios = [a / b for a, b in zip(rates["on"], rates["off"])]
-    print(f"rate with properties / without: {statistics.median(ratios):.2f} (median of the runs' ratios; goal >= 0.9;"
-          f" per run: {', '.join(f'{r:.2f}' for r in ratios)})")
+    print(
+        f"rate with properties / without: {statistics.median(ratios):.2f} (median of the runs' ratios; goal >= 0.9;"
+        f" per run: {', '.join(f'{r:.2f}' for r in ratios)})"
+    )
     w25 = statistics.median(walls["on"][0])
     if loop is not None:
         print(f"one process per submission: {loop:.2f} s for 25, {loop / w25:.1f}x the batch's wall")
@@ -121,6 +147,7 @@ def main():
 def scale(count, jobs):
     import resource  # noqa: PLC0415
     import shutil  # noqa: PLC0415
+
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         (scratch / "base").mkdir()
@@ -135,9 +162,11 @@ def scale(count, jobs):
         seconds = wall(paths, scratch / "out", jobs, memory=memory)
         size = sum(f.stat().st_size for f in (scratch / "out").rglob("*") if f.is_file())
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"{count} submissions: {seconds:.1f} s with --jobs {jobs} ({count / seconds:.1f} submissions/s, start-up "
-          f"included); --out {size / 2**20:.1f} MiB; the largest process of the batch {peak:.0f} MiB resident; the "
-          f"grader processes together at most {memory[0] / 2**20:.0f} MiB")
+    print(
+        f"{count} submissions: {seconds:.1f} s with --jobs {jobs} ({count / seconds:.1f} submissions/s, start-up "
+        f"included); --out {size / 2**20:.1f} MiB; the largest process of the batch {peak:.0f} MiB resident; the "
+        f"grader processes together at most {memory[0] / 2**20:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

@@ -80,8 +80,10 @@ def main():
     print(f"call round trip      : {call * 1e6:.0f} us (median of {args.calls}, softmax of a (4, 8, 8) tensor)")
     print(f"call_grad round trip : {grad * 1e6:.0f} us (median of {args.calls // 4})")
     print(f"open + close         : {opens:.0f} submissions/s ({args.opens} in a row)")
-    print(f"grading              : {graded:.1f} submissions/s ({args.submissions} x {CALLS_PER_SUBMISSION} calls, "
-          f"{args.threads} threads, one Worker)")
+    print(
+        f"grading              : {graded:.1f} submissions/s ({args.submissions} x {CALLS_PER_SUBMISSION} calls, "
+        f"{args.threads} threads, one Worker)"
+    )
 
 
 if __name__ == "__main__":

@@ -9,24 +9,28 @@ found reaches the grader's results as the check's reason.
 
 import json
 
-PROBE = '''
+PROBE = """
 import json, os
 
 def softmax(x, dim=-1):
     raise RuntimeError("REPORT " + json.dumps(REPORT))
-'''
+"""
 
 # What a walk looks for: the case files, snapshots, earlier results and this project's package.
-WALK = '''
+WALK = """
 import os, sys
 
 WANTED = ("001_self_attention.yaml", "case-file.schema.json", "test_snapshots.ambr", "results.json",
           "gradebook.csv", "test_cases.ambr", "test_reference.py")
 
+# Large trees no installation of this project writes into: left out, so that the walk ends in a few seconds
+# on a loaded machine too (its import has a time limit of its own).
+BULK = ("torch", "nvidia", "triton", "sympy", "share", "include", "locale", "man", "zoneinfo", "perl", "perl5")
+
 def walk(top="/"):
     found = []
     for folder, dirs, files in os.walk(top, onerror=lambda e: None):
-        dirs[:] = [d for d in dirs if not (folder == "/" and d in ("proc", "sys", "dev"))]
+        dirs[:] = [d for d in dirs if not (folder == "/" and d in ("proc", "sys", "dev")) and d not in BULK]
         found += [os.path.join(folder, f) for f in files if f in WANTED or f.startswith("@MARK@-")]
         found += [os.path.join(folder, d) for d in dirs if d in ("attention_core", "cases", "__snapshots__")]
     for entry in sys.path:
@@ -42,39 +46,39 @@ def walk(top="/"):
         if os.path.exists(path):
             found.append(path)
     return found[:20]
-'''
+"""
 
 SOURCES = {
-    "hang": '''
+    "hang": """
 def softmax(x, dim=-1):
     while True:
         pass
-''',
-    "memory_bomb": '''
+""",
+    "memory_bomb": """
 import torch
 
 def softmax(x, dim=-1):
     hoard = []
     while True:
         hoard.append(torch.empty(1 << 30, dtype=torch.uint8))
-''',
-    "exit": '''
+""",
+    "exit": """
 import os
 
 def softmax(x, dim=-1):
     os._exit(0)
-''',
-    "system_exit": '''
+""",
+    "system_exit": """
 def softmax(x, dim=-1):
     raise SystemExit(3)
 
 def causal_mask(T, device=None):
     raise KeyboardInterrupt
-''',
-    "import_crash": '''
+""",
+    "import_crash": """
 raise RuntimeError("this submission fails at import")
-''',
-    "rigged_subclass": '''
+""",
+    "rigged_subclass": """
 import os, torch
 
 class Rigged(torch.Tensor):
@@ -86,14 +90,14 @@ class Rigged(torch.Tensor):
 
 def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Rigged)
-''',
-    "huge_reply": '''
+""",
+    "huge_reply": """
 import torch
 
 def softmax(x, dim=-1):
     return torch.zeros(20_000_000)  # 80 MB back where a check's results take a few hundred bytes
-''',
-    "long_messages": '''
+""",
+    "long_messages": """
 import sys
 
 sys.stdout.write("printed at import " * 5000)
@@ -112,8 +116,8 @@ def _raise(*args, **kwargs):
 
 softmax = causal_mask = causal_average = attention = split_heads = merge_heads = multi_head_attention = \\
     layer_norm = _raise
-''',
-    "output_flood": '''
+""",
+    "output_flood": """
 import sys
 
 chunk = "x" * (1 << 20)
@@ -123,11 +127,14 @@ for _ in range(200):
 
 def softmax(x, dim=-1):
     return x.softmax(dim)
-''',
-    "walk": WALK + '''
+""",
+    "walk": WALK
+    + """
 REPORT = {"found": walk()}
-''' + PROBE,
-    "umount_then_walk": WALK + '''
+"""
+    + PROBE,
+    "umount_then_walk": WALK
+    + """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 undone = 0
@@ -137,8 +144,9 @@ for _ in range(3):
     for point in reversed(points):
         undone += libc.umount2(point.encode(), 2) == 0
 REPORT = {"unmounted": undone, "found": walk()}
-''' + PROBE,
-    "proc_reads": '''
+"""
+    + PROBE,
+    "proc_reads": """
 import os
 REPORT = {"read": [], "reached": []}
 pids = [p for p in os.listdir("/proc") if p.isdigit()] if os.path.isdir("/proc") else []
@@ -157,8 +165,9 @@ for pid in sorted(set(pids) | {str(os.getppid()), "1"}):
                 REPORT["reached"].append(f"{pid}/{what}")
         except OSError:
             pass
-''' + PROBE,
-    "kill_everything": '''
+"""
+    + PROBE,
+    "kill_everything": """
 import os, signal
 for pid in range(1, 1 << 15):
     if pid != os.getpid():
@@ -173,8 +182,8 @@ except OSError:
 
 def softmax(x, dim=-1):
     return x.softmax(dim)
-''',
-    "process_spree": '''
+""",
+    "process_spree": """
 import subprocess
 started = 0
 for _ in range(300):
@@ -186,8 +195,8 @@ for _ in range(300):
 
 def softmax(x, dim=-1):
     return x.softmax(dim)
-''',
-    "network": '''
+""",
+    "network": """
 import socket
 REPORT = {"connected": []}
 for address in (("1.1.1.1", 80), ("8.8.8.8", 53), ("10.0.0.1", 80)):
@@ -196,8 +205,9 @@ for address in (("1.1.1.1", 80), ("8.8.8.8", 53), ("10.0.0.1", 80)):
         REPORT["connected"].append(address[0])
     except OSError:
         pass
-''' + PROBE,
-    "writes": '''
+"""
+    + PROBE,
+    "writes": """
 import os
 REPORT = {"wrote": []}
 for folder in ("@OUT@", "@OTHER@", "@CHECKOUT@", "/tmp", os.path.dirname(os.path.abspath(__file__))):
@@ -207,9 +217,10 @@ for folder in ("@OUT@", "@OTHER@", "@CHECKOUT@", "/tmp", os.path.dirname(os.path
         REPORT["wrote"].append(folder)
     except OSError:
         pass
-''' + PROBE,
+"""
+    + PROBE,
     # The grader's session and user keyrings (where CI tokens live): read their ids, add a key to each.
-    "keyring": '''
+    "keyring": """
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 KEYCTL, ADD_KEY = {"x86_64": (250, 248), "aarch64": (219, 217)}[os.uname().machine]
@@ -219,8 +230,9 @@ for ring in (-3, -4):  # KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING
         REPORT["keyrings"].append(f"read {ring}")
     if libc.syscall(ADD_KEY, b"user", b"@MARK@-key", b"x", 1, ring) >= 0:
         REPORT["keyrings"].append(f"wrote {ring}")
-''' + PROBE,
-    "session_escape": '''
+"""
+    + PROBE,
+    "session_escape": """
 import os
 REPORT = {"escaped": []}
 # A session (and so a CPU share) of its own, a process group of its own, memory no limit counts
@@ -231,7 +243,8 @@ for name, attempt in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0
         REPORT["escaped"].append(name)
     except OSError:
         pass
-''' + PROBE,
+"""
+    + PROBE,
 }
 
 # What each probe's report must say: nothing found, reached, read, connected or written outside.

@@ -64,7 +64,7 @@ def loop_causal_average(x):
     """The documents' version 1: row t is the mean of the rows up to it."""
     out = torch.empty_like(x)
     for t in range(x.shape[-2]):
-        out[..., t, :] = x[..., :t + 1, :].mean(dim=-2)
+        out[..., t, :] = x[..., : t + 1, :].mean(dim=-2)
     return out
 
 
@@ -96,7 +96,7 @@ def loop_split_heads(x, n_heads):
     if C % n_heads:
         raise ValueError(f"channels {C} do not divide into {n_heads} heads")
     hs = C // n_heads
-    return torch.stack([x[..., h * hs:(h + 1) * hs] for h in range(n_heads)], dim=-3)  # (..., nh, T, hs)
+    return torch.stack([x[..., h * hs : (h + 1) * hs] for h in range(n_heads)], dim=-3)  # (..., nh, T, hs)
 
 
 def loop_merge_heads(x):
@@ -109,8 +109,9 @@ def loop_multi_head_attention(x, w_q, w_k, w_v, n_heads, mask=None):
     d_k, d_v = q.shape[-1] // n_heads, v.shape[-1] // n_heads
     outputs, weights = [], []
     for h in range(n_heads):
-        out, w = loop_attention(q[..., h * d_k:(h + 1) * d_k], k[..., h * d_k:(h + 1) * d_k],
-                                v[..., h * d_v:(h + 1) * d_v], mask=mask)
+        out, w = loop_attention(
+            q[..., h * d_k : (h + 1) * d_k], k[..., h * d_k : (h + 1) * d_k], v[..., h * d_v : (h + 1) * d_v], mask=mask
+        )
         outputs.append(out)
         weights.append(w)
     return torch.cat(outputs, dim=-1), torch.stack(weights, dim=-3)  # (..., T, nh * d_v), (..., nh, T, T)
@@ -202,7 +203,7 @@ def wide_multi_head_attention(x, w_q, w_k, w_v, n_heads, mask=None):
 def wide_layer_norm(x, eps=1e-5):
     x64 = x.to(torch.float64)
     centred = x64 - x64.mean(dim=-1, keepdim=True)
-    var = (centred ** 2).mean(dim=-1, keepdim=True)  # biased
+    var = (centred**2).mean(dim=-1, keepdim=True)  # biased
     return (centred * torch.rsqrt(var + eps)).to(x.dtype)
 
 

@@ -30,17 +30,22 @@ def _zip(path, entries, modes=None):
 def test_the_files_at_the_root_or_in_one_folder_inside_are_the_submission(tmp_path):
     flat = archives.unpack(_zip(tmp_path / "a.zip", {"attention.py": CORRECT}), tmp_path / "a")
     assert flat == tmp_path / "a" and (flat / "attention.py").read_text() == CORRECT
-    nested = archives.unpack(_zip(tmp_path / "b.zip", {"bob/attention.py": CORRECT, "bob/util.py": "",
-                                                       "__MACOSX/bob/._attention.py": "x"}), tmp_path / "b")
+    nested = archives.unpack(
+        _zip(tmp_path / "b.zip", {"bob/attention.py": CORRECT, "bob/util.py": "", "__MACOSX/bob/._attention.py": "x"}),
+        tmp_path / "b",
+    )
     assert nested == tmp_path / "b" / "bob" and sorted(p.name for p in nested.iterdir()) == ["attention.py", "util.py"]
 
 
-@pytest.mark.parametrize(("entries", "modes", "words"), [
-    ({"../evil.py": "x"}, None, "would lie outside its folder"),
-    ({"/etc/evil.py": "x"}, None, "would lie outside its folder"),
-    ({"a\\..\\..\\evil.py": "x"}, None, "would lie outside its folder"),
-    ({"link.py": "/etc/passwd"}, {"link.py": stat.S_IFLNK | 0o777}, "is a link"),
-])
+@pytest.mark.parametrize(
+    ("entries", "modes", "words"),
+    [
+        ({"../evil.py": "x"}, None, "would lie outside its folder"),
+        ({"/etc/evil.py": "x"}, None, "would lie outside its folder"),
+        ({"a\\..\\..\\evil.py": "x"}, None, "would lie outside its folder"),
+        ({"link.py": "/etc/passwd"}, {"link.py": stat.S_IFLNK | 0o777}, "is a link"),
+    ],
+)
 def test_an_entry_that_escapes_or_links_refuses_the_whole_zip(tmp_path, entries, modes, words):
     with pytest.raises(archives.ArchiveError, match=words):
         archives.unpack(_zip(tmp_path / "x.zip", entries, modes), tmp_path / "x")
@@ -72,9 +77,24 @@ def test_a_batch_of_zips_grades_the_good_ones_and_refuses_the_hostile_with_rows_
     with zipfile.ZipFile(subs / "mallory.zip", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("attention.py", b"#" * (archives.MAX_BYTES + 1))
     out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
-                          *map(str, sorted(subs.iterdir())), "--out", str(out)], capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            "--assignment",
+            str(HEAD),
+            "--property-points",
+            "0",
+            *map(str, sorted(subs.iterdir())),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     scores = {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"alice": "6", "carol": "6", "eve": "0", "mallory": "0"}

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.harness.reading import assignment as assignments
 from attention_core import instances
 from attention_core.harness.checking import runner
+from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.settings import SettingsError, read_settings
 from tests.outputs import folder, last_part
 
@@ -27,8 +27,13 @@ BOOK = Path(__file__).resolve().parent / "assignments" / "book"
 
 
 def cli(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "attention_core", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "attention_core", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def _scores(run):
@@ -37,8 +42,13 @@ def _scores(run):
 
 
 def pytest_run(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 # ---------------------------------------------------------------- the spec read from the reference
@@ -51,7 +61,9 @@ def test_the_spec_is_the_references_public_functions_and_module_classes_in_sourc
         "def attend(q, k, v, scale=None):\n    w = q @ k.T\n    return w @ v, w\n\n"
         "class Block(nn.Module):\n    '''A block.'''\n    def __init__(self, d, heads=2):\n        super().__init__()\n"
         "    def forward(self, x, mask=None):\n        return x\n\n"
-        "class NotAModule:\n    pass\n", encoding="utf-8")
+        "class NotAModule:\n    pass\n",
+        encoding="utf-8",
+    )
     (tmp_path / "cases").mkdir()
     chosen = assignments.load(tmp_path)
     assert list(chosen.graded) == ["attend", "Block"]  # not the private helper, the import or a plain class
@@ -64,7 +76,9 @@ def test_the_spec_is_the_references_public_functions_and_module_classes_in_sourc
 def test_result_names_come_from_the_return_statement_or_from_assignment_yaml(tmp_path):
     (tmp_path / "reference.py").write_text(
         "def two(x):\n    if x is None:\n        return None, None\n    output, weights = x, x\n"
-        "    return output, weights\n\ndef one(x):\n    return x * 2\n", encoding="utf-8")
+        "    return output, weights\n\ndef one(x):\n    return x * 2\n",
+        encoding="utf-8",
+    )
     (tmp_path / "cases").mkdir()
     assert assignments.load(tmp_path).graded["two"].returns == ("output", "weights")  # the return that names them
     assert assignments.load(tmp_path).graded["one"].returns == ("out",)
@@ -76,8 +90,16 @@ def test_result_names_come_from_the_return_statement_or_from_assignment_yaml(tmp
 
 def test_the_built_in_assignment_is_the_spec_read_through_the_same_loader():
     chosen = assignments.default()
-    assert chosen.builtin and chosen.names == ("softmax", "causal_mask", "causal_average", "attention", "split_heads",
-                                               "merge_heads", "multi_head_attention", "layer_norm")
+    assert chosen.builtin and chosen.names == (
+        "softmax",
+        "causal_mask",
+        "causal_average",
+        "attention",
+        "split_heads",
+        "merge_heads",
+        "multi_head_attention",
+        "layer_norm",
+    )
     assert chosen.graded["attention"].returns == ("output", "weights")
     items = runner.collect(chosen.cases, chosen)
     assert items and all(i.file.assignment is chosen for i in items)
@@ -86,14 +108,17 @@ def test_the_built_in_assignment_is_the_spec_read_through_the_same_loader():
 # ---------------------------------------------------------------- assignment.yaml
 
 
-@pytest.mark.parametrize(("text", "where", "words"), [
-    ("points: -1\n", ":1:9", "points: Input should be greater than or equal to 0"),
-    ("budget: .inf\n", ":1:9", "budget: Input should be"),
-    ("mode: training\n", ":1:7", "mode: Input should be 'eval' or 'train'"),
-    ("title: x\npoints: 1\ngradient_pionts: 2\n", ":3:1", "unknown key 'gradient_pionts'"),
-    ("checks:\n  head/a: {points: 2, hidden: true}\n", ":2:23", "unknown key 'hidden'"),
-    ("graded: [Head, 3x]\n", ":1:16", "graded.1: String should match pattern"),
-])
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        ("points: -1\n", ":1:9", "points: Input should be greater than or equal to 0"),
+        ("budget: .inf\n", ":1:9", "budget: Input should be"),
+        ("mode: training\n", ":1:7", "mode: Input should be 'eval' or 'train'"),
+        ("title: x\npoints: 1\ngradient_pionts: 2\n", ":3:1", "unknown key 'gradient_pionts'"),
+        ("checks:\n  head/a: {points: 2, hidden: true}\n", ":2:23", "unknown key 'hidden'"),
+        ("graded: [Head, 3x]\n", ":1:16", "graded.1: String should match pattern"),
+    ],
+)
 def test_a_settings_mistake_is_named_at_its_line_and_column(tmp_path, text, where, words):
     path = tmp_path / "assignment.yaml"
     path.write_text(text, encoding="utf-8")
@@ -105,10 +130,17 @@ def test_a_settings_mistake_is_named_at_its_line_and_column(tmp_path, text, wher
 
 def test_settings_default_when_the_file_is_absent_and_the_most_specific_override_wins(tmp_path):
     defaults = read_settings(tmp_path / "assignment.yaml")
-    assert (defaults.points, defaults.gradient_points, defaults.visibility, defaults.call_timeout, defaults.budget,
-            defaults.mode) == (1.0, 1.0, "visible", 5.0, 60.0, "eval")
+    assert (
+        defaults.points,
+        defaults.gradient_points,
+        defaults.visibility,
+        defaults.call_timeout,
+        defaults.budget,
+        defaults.mode,
+    ) == (1.0, 1.0, "visible", 5.0, 60.0, "eval")
     (tmp_path / "assignment.yaml").write_text(
-        "checks:\n  f: {points: 2}\n  f/c: {points: 3, visibility: hidden}\n  f/c/k: {gradient_points: 0}\n")
+        "checks:\n  f: {points: 2}\n  f/c: {points: 3, visibility: hidden}\n  f/c/k: {gradient_points: 0}\n"
+    )
     settings = read_settings(tmp_path / "assignment.yaml")
     # Key by key: each from the most specific entry that sets it (an entry for gradient points leaves the points)
     assert settings.override("f/c/k").gradient_points == 0 and settings.override("f/c/k").points == 3
@@ -151,16 +183,24 @@ def test_a_class_call_makes_the_instance_from_the_cases_stream_after_its_inputs(
     assert args[0][instances.INSTANCE]["buffers"] == ["mask"]
 
 
-@pytest.mark.parametrize(("call", "words"), [
-    ("CausalAttention(3, 2, 6, 0.0)", "CausalAttention is a class: make an instance and call it"),  # not called
-    ("CausalAtention(3, 2, 6, 0.0)(batch)", "unknown function 'CausalAtention'; did you mean 'CausalAttention'?"),
-    ("CausalAttention(batch)", "CausalAttention is a class: make an instance and call it, "
-                               "`CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)(...)`"),
-    ("tril(batch)", "'tril' is a builtin: use 'expr'"),
-])
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        ("CausalAttention(3, 2, 6, 0.0)", "CausalAttention is a class: make an instance and call it"),  # not called
+        ("CausalAtention(3, 2, 6, 0.0)(batch)", "unknown function 'CausalAtention'; did you mean 'CausalAttention'?"),
+        (
+            "CausalAttention(batch)",
+            "CausalAttention is a class: make an instance and call it, "
+            "`CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)(...)`",
+        ),
+        ("tril(batch)", "'tril' is a builtin: use 'expr'"),
+    ],
+)
 def test_a_call_the_assignment_cannot_make_is_named_at_its_line(tmp_path, call, words):
-    case = (f"document: {{title: T}}\ncases:\n  - id: c\n    seed: 1\n    inputs: {{batch: {{randn: [1, 6, 3]}}}}\n"
-            f"    checks:\n      - id: k\n        call: \"{call}\"\n        expect: {{out: \"torch.Size([1, 6, 2])\"}}\n")
+    case = (
+        f"document: {{title: T}}\ncases:\n  - id: c\n    seed: 1\n    inputs: {{batch: {{randn: [1, 6, 3]}}}}\n"
+        f'    checks:\n      - id: k\n        call: "{call}"\n        expect: {{out: "torch.Size([1, 6, 2])"}}\n'
+    )
     (tmp_path / "c.yaml").write_text(case, encoding="utf-8")
     chosen = assignments.load(BOOK)
     (item,) = runner.collect(tmp_path, chosen)
@@ -170,9 +210,11 @@ def test_a_call_the_assignment_cannot_make_is_named_at_its_line(tmp_path, call, 
 
 
 def test_a_class_call_without_a_seed_is_a_case_error_that_says_so(tmp_path):
-    case = ("document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [[[1.0, 2.0, 3.0]]]}\n"
-            "    checks:\n      - id: k\n        call: CausalAttention(3, 2, 6, 0.0)(x)\n"
-            "        expect: {out: \"torch.Size([1, 1, 2])\"}\n")
+    case = (
+        "document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [[[1.0, 2.0, 3.0]]]}\n"
+        "    checks:\n      - id: k\n        call: CausalAttention(3, 2, 6, 0.0)(x)\n"
+        '        expect: {out: "torch.Size([1, 1, 2])"}\n'
+    )
     (tmp_path / "c.yaml").write_text(case, encoding="utf-8")
     (item,) = runner.collect(tmp_path, assignments.load(BOOK))
     assert "give the case a 'seed'" in runner.run(item).message
@@ -189,12 +231,14 @@ def test_parameters_are_matched_by_name_and_a_missing_one_is_named_with_the_refe
             self.W_value = torch.nn.Linear(d_in, d_out, bias=False)
 
     item = next(i for i in runner.collect(chosen.cases, chosen) if i.id == "chapter3/causal_attention/context")
-    result = runner.run(item, functions=assignments.callables(type("M", (), {"CausalAttention": CausalAttention}),
-                                                              chosen.graded))
+    result = runner.run(
+        item, functions=assignments.callables(type("M", (), {"CausalAttention": CausalAttention}), chosen.graded)
+    )
     assert result.status.value == "implementation error"
-    assert ("your CausalAttention has no `W_query.weight`; it has `Wq.weight` (2, 3) that the reference does not; "
-            "the reference has `W_query.weight` (2, 3), `W_key.weight` (2, 3), `W_value.weight` (2, 3)") \
-        in result.message, result.message
+    assert (
+        "your CausalAttention has no `W_query.weight`; it has `Wq.weight` (2, 3) that the reference does not; "
+        "the reference has `W_query.weight` (2, 3), `W_key.weight` (2, 3), `W_value.weight` (2, 3)"
+    ) in result.message, result.message
 
 
 # ---------------------------------------------------------------- the commands a teacher runs
@@ -212,28 +256,53 @@ def test_the_spec_check_of_an_assignment_prints_the_table_all_passed():
 @pytest.mark.grading
 def test_a_batch_of_book_submissions_is_graded_with_the_credit_of_each_class(tmp_path):
     out = tmp_path / "out"
-    run = cli("grade", "--property-points", "0", "--assignment", BOOK, *sorted((BOOK / "submissions").iterdir()), "--out", out, "--jobs", "2")
+    run = cli(
+        "grade",
+        "--property-points",
+        "0",
+        "--assignment",
+        BOOK,
+        *sorted((BOOK / "submissions").iterdir()),
+        "--out",
+        out,
+        "--jobs",
+        "2",
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     scores = {last_part(line.split()[0]): line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
-    assert scores == {"mask_after_softmax": ["8", "/", "12"], "notebook": ["12", "/", "12"],
-                      "renamed_projection": ["8", "/", "12"], "reordered": ["12", "/", "12"],
-                      "v1_unscaled": ["10", "/", "12"]}
+    assert scores == {
+        "mask_after_softmax": ["8", "/", "12"],
+        "notebook": ["12", "/", "12"],
+        "renamed_projection": ["8", "/", "12"],
+        "reordered": ["12", "/", "12"],
+        "v1_unscaled": ["10", "/", "12"],
+    }
     results = {n: json.loads((folder(out, n) / "results.json").read_text()) for n in scores}
-    lost = {n: sorted({t["name"].split("/")[1] for t in r["tests"] if t["score"] < t["max_score"]})
-            for n, r in results.items()}
-    assert lost == {"mask_after_softmax": ["causal_attention", "wrapper"], "notebook": [],
-                    "renamed_projection": ["multi_head"], "reordered": [],
-                    "v1_unscaled": ["self_attention_v1"]}
+    lost = {
+        n: sorted({t["name"].split("/")[1] for t in r["tests"] if t["score"] < t["max_score"]})
+        for n, r in results.items()
+    }
+    assert lost == {
+        "mask_after_softmax": ["causal_attention", "wrapper"],
+        "notebook": [],
+        "renamed_projection": ["multi_head"],
+        "reordered": [],
+        "v1_unscaled": ["self_attention_v1"],
+    }
     renamed = next(t for t in results["renamed_projection"]["tests"] if t["name"] == "chapter3/multi_head/context")
     assert "your MultiHeadAttention has no `out_proj.weight`, `out_proj.bias`" in renamed["output"]
     notebook = results["notebook"]["output"]
-    assert "notebook: cell 1, line 2: ModuleNotFoundError: No module named 'matplotlib_is_not_installed_here'" \
-        in notebook and "skipped the IPython magic/shell line `!pip install nothing`" in notebook
+    assert (
+        "notebook: cell 1, line 2: ModuleNotFoundError: No module named 'matplotlib_is_not_installed_here'" in notebook
+        and "skipped the IPython magic/shell line `!pip install nothing`" in notebook
+    )
     hidden = next(t for t in results["reordered"]["tests"] if t["name"] == "chapter3/multi_head_hidden/shape")
     assert hidden["visibility"] == "hidden"
     wrapper = next(t for t in results["mask_after_softmax"]["tests"] if t["name"] == "chapter3/wrapper/context")
-    assert "Likely cause: `CausalAttention`, which the reference `MultiHeadAttentionWrapper` calls, fails its own " \
-           "checks" in wrapper["output"]
+    assert (
+        "Likely cause: `CausalAttention`, which the reference `MultiHeadAttentionWrapper` calls, fails its own "
+        "checks" in wrapper["output"]
+    )
 
 
 @pytest.mark.grading
@@ -241,8 +310,10 @@ def test_grading_with_nothing_to_grade_is_an_error_never_zero_of_zero(tmp_path):
     folder = tmp_path / "a"
     (folder / "cases").mkdir(parents=True)
     (folder / "reference.py").write_text("def f(x):\n    return x\n")
-    (folder / "cases" / "c.yaml").write_text("document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0]}\n"
-                                             "    checks:\n      - {id: k, call: g(x), expect: {out: [1.0]}}\n")
+    (folder / "cases" / "c.yaml").write_text(
+        "document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0]}\n"
+        "    checks:\n      - {id: k, call: g(x), expect: {out: [1.0]}}\n"
+    )
     submission = tmp_path / "s.py"
     submission.write_text("def f(x):\n    return x\n")
     run = cli("grade", "--property-points", "0", submission, "--assignment", folder, "--out", tmp_path / "out")
@@ -261,14 +332,21 @@ def test_the_template_stubs_each_class_and_function_and_grades_as_not_implemente
     stub.write_text(run.stdout)
     namespace = {}
     exec(compile(run.stdout, str(stub), "exec"), namespace)  # noqa: S102 (our own template)
-    assert {"SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
-            "MultiHeadAttention"} <= set(namespace)
+    assert {
+        "SelfAttention_v1",
+        "SelfAttention_v2",
+        "CausalAttention",
+        "MultiHeadAttentionWrapper",
+        "MultiHeadAttention",
+    } <= set(namespace)
     assert "def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):" in run.stdout
     assert "masked_fill" not in run.stdout  # signatures and docstrings only, never the solution
     chosen = assignments.load(BOOK)
     module = type("M", (), namespace)
-    results = [runner.run(i, functions=assignments.callables(module, chosen.graded))
-               for i in runner.collect(chosen.cases, chosen)]
+    results = [
+        runner.run(i, functions=assignments.callables(module, chosen.graded))
+        for i in runner.collect(chosen.cases, chosen)
+    ]
     assert {r.status.value for r in results} == {"not implemented"}
     notebook = json.loads(cli("template", "--assignment", BOOK, "--format", "ipynb").stdout)
     assert "".join(notebook["cells"][1]["source"]).startswith("class SelfAttention_v1(nn.Module):")
@@ -322,8 +400,17 @@ def test_the_gradescope_bundle_carries_the_assignment(tmp_path):
 
 @pytest.mark.grading
 def test_the_head_example_grades_its_correct_and_its_wrong_submission(tmp_path):
-    run = cli("grade", "--property-points", "0", "--assignment", HEAD, HEAD / "submissions" / "correct.py", HEAD / "submissions" / "unscaled.py",
-              "--out", tmp_path / "out")
+    run = cli(
+        "grade",
+        "--property-points",
+        "0",
+        "--assignment",
+        HEAD,
+        HEAD / "submissions" / "correct.py",
+        HEAD / "submissions" / "unscaled.py",
+        "--out",
+        tmp_path / "out",
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     scores = {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     assert scores == {"correct": "6", "unscaled": "0"}  # its shape check is earned only with right values
@@ -341,9 +428,19 @@ def test_a_module_in_train_mode_draws_its_dropout_as_the_notebook_did(tmp_path):
     (folder / "cases" / "dropout.yaml").write_text(
         "document: {title: T}\ncases:\n  - id: c\n    seed: 3\n    inputs: {x: {randn: [1, 5, 8]}}\n"
         "    checks:\n      - id: k\n        mode: train\n        call: Head(8, 4, 0.5)(x, x, x)\n"
-        f"        expect: {{out: {{values: {json.dumps(expected)}, rtol: 1.0e-6, atol: 1.0e-6}}}}\n")
+        f"        expect: {{out: {{values: {json.dumps(expected)}, rtol: 1.0e-6, atol: 1.0e-6}}}}\n"
+    )
     assert cli("--assignment", folder).returncode == 0
-    run = cli("grade", "--property-points", "0", "--assignment", folder, HEAD / "submissions" / "correct.py", "--out", tmp_path / "out")
+    run = cli(
+        "grade",
+        "--property-points",
+        "0",
+        "--assignment",
+        folder,
+        HEAD / "submissions" / "correct.py",
+        "--out",
+        tmp_path / "out",
+    )
     scores = {last_part(line.split()[0]): line.split()[1:4] for line in run.stdout.splitlines() if " / " in line}
     assert run.returncode == 0 and scores == {"correct": ["2", "/", "2"]}, run.stdout + run.stderr[-2000:]
 
@@ -351,14 +448,17 @@ def test_a_module_in_train_mode_draws_its_dropout_as_the_notebook_did(tmp_path):
 def test_the_bundle_of_the_built_in_spec_with_other_cases_carries_those_cases(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
-    (cases / "mine.yaml").write_text("document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n"
-                                     "    checks:\n      - {id: k, call: softmax(x), expect: {out: [0.2689, 0.7311]}}\n")
+    (cases / "mine.yaml").write_text(
+        "document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n"
+        "    checks:\n      - {id: k, call: softmax(x), expect: {out: [0.2689, 0.7311]}}\n"
+    )
     run = cli("gradescope-bundle", "--cases", cases, tmp_path / "a.zip")
     assert run.returncode == 0, run.stderr
     with zipfile.ZipFile(tmp_path / "a.zip") as z:
         names = set(z.namelist())
     assert "assignment/cases/mine.yaml" in names and "assignment/reference.py" not in names
     from attention_core.grading.autograder import _bundled  # noqa: PLC0415
+
     assert _bundled(tmp_path) == {"cases": cases} and _bundled(None) == {} and _bundled(BOOK) == {"assignment": BOOK}
 
 
@@ -387,10 +487,12 @@ def _masked_assignment(folder, oracle="x"):
     (folder / "reference.py").write_text(MASKED, encoding="utf-8")
     (folder / "cases" / "m.yaml").write_text(
         "document: {title: T}\ncases:\n  - id: c\n    seed: 0\n    inputs: {x: {randn: [2, 4, 3]}}\n"
-        "    checks:\n      - {id: k, call: \"Masked(3, 6)(x)\", expect: {out: \"torch.Size([2, 4, 3])\"}}\n"
+        '    checks:\n      - {id: k, call: "Masked(3, 6)(x)", expect: {out: "torch.Size([2, 4, 3])"}}\n'
         "      - id: v\n        call: Masked(3, 6)(x)\n        expect:\n          out:\n            oracle: >-\n"
         "              softmax((x @ self.proj.weight.T) @ (x @ self.proj.weight.T).transpose(-2, -1)\n"
-        f"              + triu(full((4, 4), -inf), 1), dim=-1) @ {oracle}\n", encoding="utf-8")
+        f"              + triu(full((4, 4), -inf), 1), dim=-1) @ {oracle}\n",
+        encoding="utf-8",
+    )
     return folder
 
 
@@ -398,14 +500,26 @@ def _masked_assignment(folder, oracle="x"):
 def test_buffers_are_the_students_own_so_a_wrong_mask_shows_and_another_convention_passes(tmp_path):
     folder = _masked_assignment(tmp_path / "a")
     assert cli("--assignment", folder).returncode == 0
-    blocked = MASKED.replace('torch.tril(torch.ones(block, block, dtype=torch.bool))',
-                             'torch.triu(torch.ones(block, block, dtype=torch.bool), diagonal=1)').replace(
-        "masked_fill(~self.mask[:T, :T]", "masked_fill(self.mask[:T, :T]")
-    wrong = MASKED.replace('torch.tril(torch.ones(block, block, dtype=torch.bool))',
-                           'torch.ones(block, block, dtype=torch.bool)')
+    blocked = MASKED.replace(
+        "torch.tril(torch.ones(block, block, dtype=torch.bool))",
+        "torch.triu(torch.ones(block, block, dtype=torch.bool), diagonal=1)",
+    ).replace("masked_fill(~self.mask[:T, :T]", "masked_fill(self.mask[:T, :T]")
+    wrong = MASKED.replace(
+        "torch.tril(torch.ones(block, block, dtype=torch.bool))", "torch.ones(block, block, dtype=torch.bool)"
+    )
     (tmp_path / "blocked.py").write_text(blocked)
     (tmp_path / "wrong.py").write_text(wrong)
-    run = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "blocked.py", tmp_path / "wrong.py", "--out", tmp_path / "o")
+    run = cli(
+        "grade",
+        "--property-points",
+        "0",
+        "--assignment",
+        folder,
+        tmp_path / "blocked.py",
+        tmp_path / "wrong.py",
+        "--out",
+        tmp_path / "o",
+    )
     scores = {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     # (the wrong mask's shape check is earned only with right values: charged with the value check, once)
     assert scores == {"blocked": "4", "wrong": "0"}, run.stdout + run.stderr[-1500:]
@@ -427,8 +541,12 @@ def test_a_setting_that_names_no_check_is_an_error_at_its_line(tmp_path):
     folder = _masked_assignment(tmp_path / "a")
     (folder / "assignment.yaml").write_text("points: 2\nchecks:\n  m/c/kk: {points: 5}\n  m/c: {visibility: hidden}\n")
     lint = cli("lint", "--assignment", folder)
-    assert lint.returncode == 1 and f"{folder / 'assignment.yaml'}:3:3: error: checks: 'm/c/kk' names no file, case " \
-        "or check of the assignment's cases; did you mean 'm/c/k'?" in lint.stdout, lint.stdout
+    assert (
+        lint.returncode == 1
+        and f"{folder / 'assignment.yaml'}:3:3: error: checks: 'm/c/kk' names no file, case "
+        "or check of the assignment's cases; did you mean 'm/c/k'?"
+        in lint.stdout
+    ), lint.stdout
     (tmp_path / "s.py").write_text(MASKED)
     grade = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
     assert grade.returncode == 2 and "'m/c/kk' names no file, case or check" in grade.stderr
@@ -466,7 +584,17 @@ def test_a_script_that_ends_in_exit_is_graded_and_one_that_does_not_import_is_to
     correct = (HEAD / "submissions" / "correct.py").read_text()
     (tmp_path / "exits.py").write_text(correct + "\nexit()\n")
     (tmp_path / "raises.py").write_text("raise RuntimeError('not done yet')\n" + correct)
-    run = cli("grade", "--property-points", "0", "--assignment", HEAD, tmp_path / "exits.py", tmp_path / "raises.py", "--out", tmp_path / "o")
+    run = cli(
+        "grade",
+        "--property-points",
+        "0",
+        "--assignment",
+        HEAD,
+        tmp_path / "exits.py",
+        tmp_path / "raises.py",
+        "--out",
+        tmp_path / "o",
+    )
     assert _scores(run) == {"exits": "6", "raises": "0"}, run.stdout + run.stderr[-1500:]
     results = json.loads((folder(tmp_path / "o", "raises") / "results.json").read_text())
     assert results["output"].startswith("0 of 6 points.") and "RuntimeError: not done yet" in results["output"]
@@ -478,8 +606,10 @@ def test_a_script_that_ends_in_exit_is_graded_and_one_that_does_not_import_is_to
 def test_the_kit_and_the_bundle_refuse_a_setting_that_names_no_check(tmp_path):
     folder = _masked_assignment(tmp_path / "a")
     (folder / "assignment.yaml").write_text("checks:\n  m/c/kk: {visibility: hidden}\n")
-    for command in (("student-kit", "--assignment", folder, tmp_path / "kit"),
-                    ("gradescope-bundle", "--assignment", folder, tmp_path / "a.zip")):
+    for command in (
+        ("student-kit", "--assignment", folder, tmp_path / "kit"),
+        ("gradescope-bundle", "--assignment", folder, tmp_path / "a.zip"),
+    ):
         run = cli(*command)
         assert run.returncode == 2 and "'m/c/kk' names no file, case or check" in run.stderr, command
     assert not (tmp_path / "kit").exists() and not (tmp_path / "a.zip").exists()
@@ -494,11 +624,13 @@ def test_a_frozen_parameter_or_a_reference_without_float64_never_ends_the_batch(
         "        super().__init__()\n        self.w = nn.Parameter(torch.ones(d))\n"
         "        self.table = nn.Parameter(torch.arange(d) * 1.0, requires_grad=False)\n\n"
         "    def forward(self, x):\n        return x * self.w + self.table\n\n\n"
-        "def mix(x):\n    return x @ (torch.eye(x.shape[-1]) * 2)  # float32 whatever x is\n")
+        "def mix(x):\n    return x @ (torch.eye(x.shape[-1]) * 2)  # float32 whatever x is\n"
+    )
     (folder / "cases" / "c.yaml").write_text(
         "document: {title: T}\ncases:\n  - id: c\n    seed: 0\n    inputs: {x: {randn: [2, 3]}}\n    checks:\n"
-        "      - {id: s, call: \"Scaled(3)(x)\", expect: {out: \"torch.Size([2, 3])\"}}\n"
-        "      - {id: m, call: mix(x), expect: {out: \"torch.Size([2, 3])\"}}\n")
+        '      - {id: s, call: "Scaled(3)(x)", expect: {out: "torch.Size([2, 3])"}}\n'
+        '      - {id: m, call: mix(x), expect: {out: "torch.Size([2, 3])"}}\n'
+    )
     (tmp_path / "s.py").write_text((folder / "reference.py").read_text())
     run = cli("grade", "--property-points", "0", "--assignment", folder, tmp_path / "s.py", "--out", tmp_path / "o")
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]

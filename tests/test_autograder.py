@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,8 +20,11 @@ VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bundle")
-    subprocess.run([sys.executable, "-m", "attention_core", "gradescope-bundle", str(folder / "autograder.zip")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "attention_core", "gradescope-bundle", str(folder / "autograder.zip")],
+        check=True,
+        capture_output=True,
+    )
     with zipfile.ZipFile(folder / "autograder.zip") as z:
         z.extractall(folder / "source")
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
@@ -35,8 +37,12 @@ def run_autograder(bundle, tmp_path, source, **env):
     (root / "submission" / FILE_NAME).write_text(source)
     script = bundle[0] / "run_autograder"
     os.chmod(script, 0o755)
-    subprocess.run([str(script)], env=dict(os.environ, AUTOGRADER_ROOT=str(root), ATTENTION_PYTHON=sys.executable,
-                                           ATTENTION_LIB="", **env), check=True, timeout=300)
+    subprocess.run(
+        [str(script)],
+        env=dict(os.environ, AUTOGRADER_ROOT=str(root), ATTENTION_PYTHON=sys.executable, ATTENTION_LIB="", **env),
+        check=True,
+        timeout=300,
+    )
     return json.loads((root / "results" / "results.json").read_text())
 
 
@@ -67,8 +73,10 @@ def test_run_autograder_grades_the_submission_into_results_json(bundle, tmp_path
 
 
 def test_run_autograder_writes_a_partial_result_with_the_reason_when_time_runs_out(bundle, tmp_path):
-    slow = "\n\nimport time\n_attention = attention\n\ndef attention(*args, **kwargs):\n    time.sleep(1)\n" \
-           "    return _attention(*args, **kwargs)\n"  # within the call's limit, but 40 calls take 40 s
+    slow = (
+        "\n\nimport time\n_attention = attention\n\ndef attention(*args, **kwargs):\n    time.sleep(1)\n"
+        "    return _attention(*args, **kwargs)\n"
+    )  # within the call's limit, but 40 calls take 40 s
     results = run_autograder(bundle, tmp_path, Path(reference.__file__).read_text() + slow, AUTOGRADER_TIME_LIMIT="15")
     assert valid(results)
     assert results["output"].startswith("grading stopped after 15 s")

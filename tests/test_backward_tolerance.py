@@ -17,10 +17,10 @@ from attention_core.harness.checking import tolerance
 
 pytestmark = pytest.mark.grading
 
-SOFTMAX = '''    shift = x.amax(dim=dim, keepdim=True)
+SOFTMAX = """    shift = x.amax(dim=dim, keepdim=True)
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
     e = torch.exp(x - shift)
-    return e / e.sum(dim=dim, keepdim=True)'''
+    return e / e.sum(dim=dim, keepdim=True)"""
 STYLES = {
     "logsumexp": "    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))",
     "log_softmax": "    return torch.log_softmax(x, dim=dim).exp()",
@@ -40,8 +40,11 @@ def _submission(folder, name, body):
 def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("styles")
     paths = [_submission(folder, name, body) for name, body in STYLES.items()]
-    detached = Path(reference.__file__).read_text(encoding="utf-8").replace(
-        "weights = softmax(scores, dim=-1)", "weights = softmax(scores, dim=-1).detach()")
+    detached = (
+        Path(reference.__file__)
+        .read_text(encoding="utf-8")
+        .replace("weights = softmax(scores, dim=-1)", "weights = softmax(scores, dim=-1).detach()")
+    )
     assert "detach()" in detached
     (folder / "detached.py").write_text(detached, encoding="utf-8")
     with Grader() as grader:

@@ -13,8 +13,9 @@ from attention_core.harness.reading.cases import CaseError
 
 def cli(*args, cwd=None):
     start = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "attention_core", *map(str, args)], capture_output=True, text=True,
-                         cwd=cwd, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "attention_core", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
     return run, time.monotonic() - start
 
 
@@ -64,9 +65,11 @@ def test_a_tab_in_a_case_file_is_named_in_the_message():
 
 def test_a_seeded_case_the_reference_fails_says_what_its_seed_draws_first(tmp_path):
     from attention_core.harness.checking import runner  # noqa: PLC0415
+
     (tmp_path / "s.yaml").write_text(
         "document: {title: T}\ncases:\n  - id: c\n    seed: 41\n    inputs: {x: {randn: [4, 8, 2]}}\n"
-        "    checks:\n      - id: k\n        expr: x[0, 0]\n        expect: {out: \"tensor([1.9269, 1.4873])\"}\n")
+        '    checks:\n      - id: k\n        expr: x[0, 0]\n        expect: {out: "tensor([1.9269, 1.4873])"}\n'
+    )
     (item,) = runner.collect(tmp_path)
     result = runner.run(item)
     assert result.status.value == "failed"

@@ -22,8 +22,13 @@ def test_a_course_folder_named_cases_is_checked_without_the_projects_snapshots_a
     shutil.copy(ROOT / "cases" / "001_self_attention.yaml", course / "cases")
     before = _snapshots()
     for extra in ([], ["--snapshot-update"]):
-        run = subprocess.run([sys.executable, "-m", "pytest", "--cases", str(course / "cases"), "-m", "case", "-q",
-                              *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "--cases", str(course / "cases"), "-m", "case", "-q", *extra],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
         if extra:
             assert run.returncode != 0 and "refusing to rewrite them" in run.stdout + run.stderr
         else:
@@ -34,9 +39,22 @@ def test_a_course_folder_named_cases_is_checked_without_the_projects_snapshots_a
 
 def test_checking_a_submission_with_junitxml_warns_of_nothing_and_advises_no_snapshot_update(tmp_path):
     report = tmp_path / "junit.xml"
-    run = subprocess.run([sys.executable, "-m", "pytest", f"--impl={ROOT / 'attention_core' / 'reference.py'}",
-                          f"--junitxml={report}", "-m", "case", "-q"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"--impl={ROOT / 'attention_core' / 'reference.py'}",
+            f"--junitxml={report}",
+            "-m",
+            "case",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-2000:]
     assert "warning" not in run.stdout.lower() and "snapshot" not in run.stdout.lower(), run.stdout[-2000:]
     assert report.read_text().count('name="max_points"') > 0
@@ -45,12 +63,32 @@ def test_checking_a_submission_with_junitxml_warns_of_nothing_and_advises_no_sna
 def test_thousands_of_failing_cases_print_a_bounded_report(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
-    body = "".join(f"  - id: c{i}\n    inputs: {{x: [1.0, 2.0]}}\n    checks:\n      - {{id: k, call: softmax(x), "
-                   f"expect: {{out: [0.5, 0.5]}}}}\n" for i in range(400))
+    body = "".join(
+        f"  - id: c{i}\n    inputs: {{x: [1.0, 2.0]}}\n    checks:\n      - {{id: k, call: softmax(x), "
+        f"expect: {{out: [0.5, 0.5]}}}}\n"
+        for i in range(400)
+    )
     (cases / "f.yaml").write_text("document: {title: T}\ncases:\n" + body)
-    run = subprocess.run([sys.executable, "-m", "pytest", f"--cases={cases}", "-m", "case", "-q", "-p", "no:randomly",
-                          "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                         env={**os.environ, "COLUMNS": "120"})  # the summary's lines are as wide as the terminal
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"--cases={cases}",
+            "-m",
+            "case",
+            "-q",
+            "-p",
+            "no:randomly",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "120"},
+    )  # the summary's lines are as wide as the terminal
     assert "400 failed" in run.stdout
     reports = run.stdout.split("short test summary info")[0]  # (the summary's lines may quote a report's start)
     assert reports.count("Values are not close!") == 50  # full reports for the first 50 only

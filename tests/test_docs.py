@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from tests.outputs import folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def test_every_link_of_a_page_resolves(page):
 
 def _blocks(text, after):
     """The fenced blocks that follow the first line starting with ``after`` (the command, then its output...)."""
-    tail = text[text.index(after):]
+    tail = text[text.index(after) :]
     return re.findall(r"^```\w*\n(.*?)^```", tail, re.M | re.S)
 
 
@@ -55,6 +56,7 @@ def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
     import shlex  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
+
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     command, shown, excerpt = _blocks(readme, "## Grading, the main job")[:3]
     words = shlex.split(command.strip())
@@ -70,15 +72,18 @@ def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
     failed = next(t["output"] for t in output if t["status"] == "failed")
     text = re.sub(r"<[^>]+>", "", failed)  # the text of its HTML form
     import html  # noqa: PLC0415
+
     assert html.unescape(text).startswith(excerpt.strip())
 
 
 def test_the_readme_s_worked_case_passes_as_written(tmp_path):
     import io  # noqa: PLC0415
+
     from attention_core.cli import check_command  # noqa: PLC0415
     from attention_core.harness.checking.devices import covered  # noqa: PLC0415
+
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## A worked case"):readme.index("## Grading, the main job")]
+    section = readme[readme.index("## A worked case") : readme.index("## Grading, the main job")]
     (case,) = re.findall(r"^```yaml\n(.*?)^```", section, re.M | re.S)
     (tmp_path / "softmax.yaml").write_text(case, encoding="utf-8")
     out = io.StringIO()

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from attention_core.cli import Shown, check_command
-from attention_core.harness.checking.devices import covered
 from attention_core.grading import gradescope, ids
 from attention_core.grading.batch import Score, Scores
 from attention_core.grading.grader import Grader
-from attention_core.harness.plugin import snapshot
 from attention_core.harness.checking import tolerance
+from attention_core.harness.checking.devices import covered
 from attention_core.harness.languages.tensor_text import parse_tensor
+from attention_core.harness.plugin import snapshot
 from tests.outputs import folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,11 +39,31 @@ def test_a_check_s_visibility_from_assignment_yaml_reaches_results_json(tmp_path
 
 
 def test_a_submission_s_id_is_its_path_from_the_working_folder_and_no_two_ids_share_a_folder(tmp_path):
-    paths = [Path(p) for p in ("subs/dirA/alice.py", "subs/dirB/alice.py", "subs/alice-2.py", "subs/gradebook.csv.py",
-                               "subs/...py", "subs/x.ipynb", "subs/./dirA/../b.zip", "subs/s.py", "subs/s.ipynb")]
+    paths = [
+        Path(p)
+        for p in (
+            "subs/dirA/alice.py",
+            "subs/dirB/alice.py",
+            "subs/alice-2.py",
+            "subs/gradebook.csv.py",
+            "subs/...py",
+            "subs/x.ipynb",
+            "subs/./dirA/../b.zip",
+            "subs/s.py",
+            "subs/s.ipynb",
+        )
+    ]
     assert ids.submission_ids(paths, cwd=tmp_path) == [
-        "subs/dirA/alice", "subs/dirB/alice", "subs/alice-2", "subs/gradebook.csv", "subs/...py", "subs/x", "subs/b",
-        "subs/s.py", "subs/s.ipynb"]
+        "subs/dirA/alice",
+        "subs/dirB/alice",
+        "subs/alice-2",
+        "subs/gradebook.csv",
+        "subs/...py",
+        "subs/x",
+        "subs/b",
+        "subs/s.py",
+        "subs/s.ipynb",
+    ]
     assert ids.submission_ids([tmp_path.parent / "elsewhere.py"], cwd=tmp_path) == [str(tmp_path.parent / "elsewhere")]
     assert ids.submission_ids([Path("ev\x1bil.py")], cwd=tmp_path) == ["ev\\x1bil"]  # printable
     assert ids.submission_ids([Path("//x/a.py"), Path("s.PY")], cwd=tmp_path) == ["/x/a", "s"]
@@ -63,21 +83,42 @@ def test_gradient_points_0_grades_no_backward_check():
         plain = without.grade(CORRECT)
     assert any(g.check_id.endswith("/backward") for g in graded.grades)
     assert not any(g.check_id.endswith("/backward") for g in plain.grades)
-    assert plain.max_score == graded.max_score - sum(g.max_score for g in graded.grades
-                                                     if g.check_id.endswith("/backward"))
+    assert plain.max_score == graded.max_score - sum(
+        g.max_score for g in graded.grades if g.check_id.endswith("/backward")
+    )
 
 
 @pytest.mark.grading
 def test_the_budget_option_reaches_the_submission_s_process(tmp_path):
-    slow = CORRECT.read_text().replace("    def forward(self, query, key, value):\n",
-                                       "    def forward(self, query, key, value):\n        import time\n"
-                                       "        t = time.process_time()\n"
-                                       "        while time.process_time() - t < 0.6:  # 0.6 s of CPU time\n"
-                                       "            pass\n")
+    slow = CORRECT.read_text().replace(
+        "    def forward(self, query, key, value):\n",
+        "    def forward(self, query, key, value):\n        import time\n"
+        "        t = time.process_time()\n"
+        "        while time.process_time() - t < 0.6:  # 0.6 s of CPU time\n"
+        "            pass\n",
+    )
     (tmp_path / "slow.py").write_text(slow)
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--budget", "1",
-                          "--property-points", "0", str(tmp_path / "slow.py"), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            "--assignment",
+            str(HEAD),
+            "--budget",
+            "1",
+            "--property-points",
+            "0",
+            str(tmp_path / "slow.py"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr
     text = (folder(tmp_path / "out", "slow") / "results.json").read_text()
     # (the calls' own limit is 5 s: a limit under 1 s, or the budget spent, is the budget's doing)
@@ -106,7 +147,7 @@ def test_a_snapshot_of_a_large_tensor_checks_its_sampled_elements_beyond_its_sum
 
 
 def _flat(line, shape):
-    index = [int(n) for n in line[1:line.index("]")].split(",")]
+    index = [int(n) for n in line[1 : line.index("]")].split(",")]
     flat = 0
     for size, n in zip(shape, index):
         flat = flat * size + n
@@ -122,7 +163,9 @@ def test_an_e_notation_zero_allows_the_smallest_normal_float32_and_no_more():
 
 
 def test_the_command_line_prints_the_first_20_problems_in_full_then_one_line_each(tmp_path):
-    checks = "".join(f"      - id: c{i}\n        expr: \"1 + {i}\"\n        expect:\n          out: -1\n" for i in range(25))
+    checks = "".join(
+        f'      - id: c{i}\n        expr: "1 + {i}"\n        expect:\n          out: -1\n' for i in range(25)
+    )
     (tmp_path / "f.yaml").write_text("document: {title: t}\ncases:\n  - id: many\n    checks:\n" + checks)
     out = io.StringIO()
     code = check_command(tmp_path, covered(["cpu"]), False, out=out)
@@ -132,21 +175,42 @@ def test_the_command_line_prints_the_first_20_problems_in_full_then_one_line_eac
 
 
 def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_path):
-    scores = [Scores("alice", 1.5, 3, grades=[Score("f/c/a", 1.0, 1), Score("f/c/b", 0.5, 2)]),
-              Scores("bob", 2, 3, grades=[Score("f/c/a", 0.0, 1), Score("f/c/b", 2.0, 2)])]
+    scores = [
+        Scores("alice", 1.5, 3, grades=[Score("f/c/a", 1.0, 1), Score("f/c/b", 0.5, 2)]),
+        Scores("bob", 2, 3, grades=[Score("f/c/a", 0.0, 1), Score("f/c/b", 2.0, 2)]),
+    ]
     gradescope.write_gradebook(scores, tmp_path / "gradebook.csv")
     rows = list(csv.reader((tmp_path / "gradebook.csv").open()))
-    assert rows == [["submission", "score", "max_score", "f/c/a", "f/c/b"],
-                    ["alice", "1.5", "3", "1", "0.5"], ["bob", "2", "3", "0", "2"]]
+    assert rows == [
+        ["submission", "score", "max_score", "f/c/a", "f/c/b"],
+        ["alice", "1.5", "3", "1", "0.5"],
+        ["bob", "2", "3", "0", "2"],
+    ]
 
 
 @pytest.mark.grading
 def test_output_that_is_not_a_terminal_carries_no_carriage_return_nor_escape_code(tmp_path):
     for name in ("a", "b", "c"):
         shutil.copy(CORRECT, tmp_path / f"{name}.py")
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
-                          "--property-points", "0", *sorted(map(str, tmp_path.glob("*.py"))), "--out",
-                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            "--assignment",
+            str(HEAD),
+            "--property-points",
+            "0",
+            *sorted(map(str, tmp_path.glob("*.py"))),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr
     for text in (run.stdout, run.stderr):
         assert "\r" not in text and "\x1b" not in text, repr(text[:400])

@@ -39,8 +39,9 @@ def test_rand_follows_the_previous_draw_in_one_stream():
 
 
 def test_linear_draws_equal_nn_linear_init_weight_then_bias_in_order():
-    key, query, value = _stream(3, ("linear", [2, 3]), ("linear", [2, 3]), ("linear", {"in_features": 2,
-                                                                                       "out_features": 3}))
+    key, query, value = _stream(
+        3, ("linear", [2, 3]), ("linear", [2, 3]), ("linear", {"in_features": 2, "out_features": 3})
+    )
     torch.manual_seed(3)
     modules = [nn.Linear(2, 3), nn.Linear(2, 3), nn.Linear(2, 3)]
     for drawn, module in zip((key, query, value), modules):
@@ -49,8 +50,9 @@ def test_linear_draws_equal_nn_linear_init_weight_then_bias_in_order():
 
 
 def test_linear_without_bias_draws_only_the_weight():
-    first, second = _stream(5, ("linear", {"in_features": 32, "out_features": 16, "bias": False}),
-                            ("linear", [32, 16, False]))
+    first, second = _stream(
+        5, ("linear", {"in_features": 32, "out_features": 16, "bias": False}), ("linear", [32, 16, False])
+    )
     torch.manual_seed(5)
     a, b = nn.Linear(32, 16, bias=False), nn.Linear(32, 16, bias=False)
     assert first.bias is None
@@ -74,17 +76,20 @@ def test_draws_in_float64_differ_from_float32():
     assert not torch.allclose(as64, as32.double(), atol=1e-3)
 
 
-@pytest.mark.parametrize(("kind", "args", "message"), [
-    ("randn", [4, "8"], "size must be a list of whole numbers"),
-    ("randn", 4, "size must be a list"),
-    ("randint", [0, 10], "randint takes [low, high, size]"),
-    ("randint", [10, 0, [2]], "low (10) must be below high (0)"),
-    ("linear", {"in_features": 2}, "missing: out_features"),
-    ("linear", {"in_features": 2, "out_features": 3, "bais": True}, "unknown: bais"),
-    ("linear", [2, 3, "yes"], "bias must be true or false"),
-    ("embedding", [22, -1], "embedding_dim must be a whole number"),
-    ("rand", [100000, 100000], "more than 2**26 elements"),
-])
+@pytest.mark.parametrize(
+    ("kind", "args", "message"),
+    [
+        ("randn", [4, "8"], "size must be a list of whole numbers"),
+        ("randn", 4, "size must be a list"),
+        ("randint", [0, 10], "randint takes [low, high, size]"),
+        ("randint", [10, 0, [2]], "low (10) must be below high (0)"),
+        ("linear", {"in_features": 2}, "missing: out_features"),
+        ("linear", {"in_features": 2, "out_features": 3, "bais": True}, "unknown: bais"),
+        ("linear", [2, 3, "yes"], "bias must be true or false"),
+        ("embedding", [22, -1], "embedding_dim must be a whole number"),
+        ("rand", [100000, 100000], "more than 2**26 elements"),
+    ],
+)
 def test_bad_draw_arguments_are_refused_with_the_reason(kind, args, message):
     with pytest.raises(ValueError) as err:
         check_spec(kind, args)
@@ -111,22 +116,28 @@ def test_the_dropout_draw_reproduces_the_tutorials_print_and_continues_the_strea
 
 def test_a_case_with_a_dropout_draw_checks_nn_dropouts_output(tmp_path):
     from attention_core.harness.checking import runner  # noqa: PLC0415
+
     torch.manual_seed(123)
     printed = str(nn.Dropout(0.5)(torch.ones(6, 6)))
     (tmp_path / "dropout.yaml").write_text(
         "document: {title: Dropout}\ncases:\n  - id: dropout\n    seed: 123\n"
         "    inputs: {keep: {dropout: {p: 0.5, shape: [6, 6]}}}\n"
         "    checks:\n      - id: dropped\n        expr: ones(6, 6) * keep / (1 - 0.5)\n        expect:\n"
-        "          out: |\n" + "".join(f"            {line}\n" for line in printed.split("\n")), encoding="utf-8")
+        "          out: |\n" + "".join(f"            {line}\n" for line in printed.split("\n")),
+        encoding="utf-8",
+    )
     (item,) = runner.collect(tmp_path)
     assert runner.run(item).passed, runner.run(item).report
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ({"p": 1, "shape": [2]}, "dropout: p must be a number from 0 to below 1"),
-    ({"p": 0.5}, "dropout takes a mapping {p: 0.5, shape: [6, 6]} (p and shape), got p"),
-    ({"p": 0.5, "shape": [-1]}, "dropout: size must be a list of whole numbers"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"p": 1, "shape": [2]}, "dropout: p must be a number from 0 to below 1"),
+        ({"p": 0.5}, "dropout takes a mapping {p: 0.5, shape: [6, 6]} (p and shape), got p"),
+        ({"p": 0.5, "shape": [-1]}, "dropout: size must be a list of whole numbers"),
+    ],
+)
 def test_bad_dropout_arguments_say_what_to_write(args, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         check_spec("dropout", args)

@@ -23,16 +23,29 @@ def _folder(tmp_path, files):
 
 
 def test_files_that_each_define_the_graded_names_are_a_batch_one_submission_each(tmp_path):
-    folder = _folder(tmp_path, {"alice.py": FULL, "bob.py": "def softmax(x):\n    pass\n", "carol.ipynb": json.dumps(
-        {"cells": [{"cell_type": "code", "source": ["!pip install x\n", "def attention(q):\n", "    pass\n"]}]})})
+    folder = _folder(
+        tmp_path,
+        {
+            "alice.py": FULL,
+            "bob.py": "def softmax(x):\n    pass\n",
+            "carol.ipynb": json.dumps(
+                {"cells": [{"cell_type": "code", "source": ["!pip install x\n", "def attention(q):\n", "    pass\n"]}]}
+            ),
+        },
+    )
     reading = folders.read(folder, NAMES)
     assert reading.kind == "batch" and [p.name for p in reading.members] == ["alice.py", "bob.py", "carol.ipynb"]
 
 
 def test_files_that_import_one_another_are_one_submission_entered_by_the_file_holding_the_most_names(tmp_path):
-    folder = _folder(tmp_path, {"helpers.py": "def softmax(x):\n    pass\n",
-                                "main.py": "from helpers import *\n\ndef attention(q):\n    pass\n",
-                                "test_mine.py": "from main import attention\n"})
+    folder = _folder(
+        tmp_path,
+        {
+            "helpers.py": "def softmax(x):\n    pass\n",
+            "main.py": "from helpers import *\n\ndef attention(q):\n    pass\n",
+            "test_mine.py": "from main import attention\n",
+        },
+    )
     reading = folders.read(folder, NAMES)
     assert reading.kind == "one" and reading.entry.name == "main.py"
 
@@ -43,11 +56,17 @@ def test_a_package_one_file_or_one_notebook_is_one_submission(tmp_path):
     assert folders.read(_folder(tmp_path / "c", {"n.ipynb": "{}", "data.txt": "1"}), NAMES).entry.name == "n.ipynb"
 
 
-@pytest.mark.parametrize("files, said", [
-    ({"a.py": "x = 1\n", "b.py": "y = 2\n"}, "none of its 2 files defines a graded name"),
-    ({"a.py": "from b import *\n", "b.py": "from a import *\n"}, "none of its 2 files defines a graded name"),
-    ({"a.py": "from b import *\n" + FULL, "b.py": "from a import *\n" + FULL}, "say which is the submission's entry"),
-])
+@pytest.mark.parametrize(
+    "files, said",
+    [
+        ({"a.py": "x = 1\n", "b.py": "y = 2\n"}, "none of its 2 files defines a graded name"),
+        ({"a.py": "from b import *\n", "b.py": "from a import *\n"}, "none of its 2 files defines a graded name"),
+        (
+            {"a.py": "from b import *\n" + FULL, "b.py": "from a import *\n" + FULL},
+            "say which is the submission's entry",
+        ),
+    ],
+)
 def test_a_folder_that_cannot_be_told_is_a_question_naming_what_to_do(tmp_path, files, said):
     reading = folders.read(_folder(tmp_path, files), NAMES)
     assert reading.kind == "ambiguous" and said in reading.why and "\n" not in reading.why
@@ -74,8 +93,9 @@ def test_students_files_beside_zips_or_folders_of_code_are_a_batch_and_a_file_de
 def test_one_students_folder_is_never_a_batch(tmp_path):
     folder = _folder(tmp_path, {"solution.py": FULL, "scratch.py": "def softmax(x):\n    pass\n"})
     assert folders.read(folder, NAMES, one=True).entry.name == "solution.py"
-    folder = _folder(tmp_path / "b", {"hw.ipynb": json.dumps({"cells": [{"cell_type": "code", "source": FULL}]}),
-                                      "hw.py": FULL})
+    folder = _folder(
+        tmp_path / "b", {"hw.ipynb": json.dumps({"cells": [{"cell_type": "code", "source": FULL}]}), "hw.py": FULL}
+    )
     assert folders.read(folder, NAMES, one=True).entry.name == "hw.py"  # a notebook and its exported script
     folder = _folder(tmp_path / "c", {})
     (folder / "hw3-main").mkdir()
@@ -102,11 +122,15 @@ def test_an_ambiguous_folder_is_refused_before_anything_is_graded(tmp_path):
 @pytest.mark.grading
 def test_a_folder_of_students_files_is_graded_one_row_each(tmp_path):
     from attention_core import reference  # noqa: PLC0415
+
     with open(reference.__file__, encoding="utf-8") as handle:
         source = handle.read()
     folder = _folder(tmp_path, {"alice.py": source, "bob.py": source.replace("math.sqrt(", "(")})
     report = io.StringIO()
     assert grade_command([folder], tmp_path / "out", stream=io.StringIO(), report=report) == 0
-    scores = {last_part(line.split()[0]): line.split()[1:4] for line in report.getvalue().splitlines()
-              if " / " in line and line.startswith(str(folder))}
+    scores = {
+        last_part(line.split()[0]): line.split()[1:4]
+        for line in report.getvalue().splitlines()
+        if " / " in line and line.startswith(str(folder))
+    }
     assert set(scores) == {"alice", "bob"} and scores["alice"][0] == scores["alice"][2] != scores["bob"][0]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from attention_core.harness.reading import assignment
 from attention_core.grading import generated
 from attention_core.grading.grader import Grader
+from attention_core.harness.reading import assignment
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = Path(__file__).resolve().parent / "assignments" / "book"
@@ -20,14 +20,37 @@ HEAD = ROOT / "examples" / "head"
 def test_the_book_s_reference_gets_every_kind_of_slip_its_code_can_make():
     made = generated.generate(assignment.load(BOOK))
     kinds = {generated.kind_of(m) for m in made}
-    assert {"scale_by_d", "no_scale", "scale_multiplied", "softmax_wrong_dim", "softmax_missing", "mask_inverted",
-            "mask_missing", "mask_fill_zero", "mask_blocks_diagonal", "mask_after_softmax", "transpose_missing",
-            "concatenated_wrong_dim", "layer_missing", "reshape_order", "product_swapped", "part_swapped",
-            "scale_by_other_size", "summed_not_concatenated", "transpose_as_T", "size_from_fixed_axis"} <= kinds
+    assert {
+        "scale_by_d",
+        "no_scale",
+        "scale_multiplied",
+        "softmax_wrong_dim",
+        "softmax_missing",
+        "mask_inverted",
+        "mask_missing",
+        "mask_fill_zero",
+        "mask_blocks_diagonal",
+        "mask_after_softmax",
+        "transpose_missing",
+        "concatenated_wrong_dim",
+        "layer_missing",
+        "reshape_order",
+        "product_swapped",
+        "part_swapped",
+        "scale_by_other_size",
+        "summed_not_concatenated",
+        "transpose_as_T",
+        "size_from_fixed_axis",
+    } <= kinds
     assert len({m.name for m in made}) == len(made)  # each its own name: its runs are kept under it
     owners = {generated.owner_of(m) for m in made}
-    assert owners == {"SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
-                      "MultiHeadAttention"}
+    assert owners == {
+        "SelfAttention_v1",
+        "SelfAttention_v2",
+        "CausalAttention",
+        "MultiHeadAttentionWrapper",
+        "MultiHeadAttention",
+    }
 
 
 def test_a_slip_is_worded_for_a_student_never_as_a_line_a_constant_or_a_variable_of_the_reference():
@@ -63,8 +86,13 @@ def test_a_student_s_slip_is_named_where_it_alone_gives_their_results_and_a_righ
 
 def test_adequacy_names_the_mistakes_no_case_catches():
     # The book's multi-head case has one dimension per head: sqrt(1) == 1, so no case tells the scale apart.
-    run = subprocess.run([sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(BOOK)],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(BOOK)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr
     missed = [line for line in run.stdout.splitlines() if line.startswith("  not caught")]
     assert len(missed) == 3 and all("in `MultiHeadAttention`" in line for line in missed), run.stdout
@@ -73,8 +101,13 @@ def test_adequacy_names_the_mistakes_no_case_catches():
 
 
 def test_adequacy_of_an_assignment_whose_cases_catch_everything(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(HEAD), "-v"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(HEAD), "-v"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr
     assert "0 are not caught" in run.stdout and "caught, in `Head`: the mask is inverted" in run.stdout
 
@@ -86,12 +119,18 @@ MISTAKES = Path(__file__).resolve().parent / "assignments" / "book_mistakes"  # 
 def test_mistakes_written_apart_from_the_reference_are_named_or_given_with_what_else_they_could_be():
     with Grader(assignment=BOOK) as grader:
         graded = {g.name: g for g in grader.grade_each(sorted(MISTAKES.glob("*.py")))}
-    said = {name: sorted({d for g in one.grades for d in g.diagnosis.split("\n") if d.startswith(("Likely mistake", "Possible"))})
-            for name, one in graded.items()}
+    said = {
+        name: sorted(
+            {d for g in one.grades for d in g.diagnosis.split("\n") if d.startswith(("Likely mistake", "Possible"))}
+        )
+        for name, one in graded.items()
+    }
     assert said["c02_einsum_sdpa"] == [] and graded["c02_einsum_sdpa"].score == graded["c02_einsum_sdpa"].max_score
-    named = {"m04_v2_values_from_key": "`W_key` is used where `W_value` belongs",
-             "m10_wrapper_sum_heads": "the pieces (the heads' outputs) are added together instead of concatenated",
-             "m06_causal_mask_after_softmax": "the mask is applied after the softmax"}
+    named = {
+        "m04_v2_values_from_key": "`W_key` is used where `W_value` belongs",
+        "m10_wrapper_sum_heads": "the pieces (the heads' outputs) are added together instead of concatenated",
+        "m06_causal_mask_after_softmax": "the mask is applied after the softmax",
+    }
     for name, words in named.items():
         assert len(said[name]) == 1 and said[name][0].startswith("Likely mistake: ") and words in said[name][0], said
     # keys.T on a batch raises exactly as a missing transpose or swapped factors do: no single name, but what it
@@ -106,6 +145,7 @@ def test_mistakes_written_apart_from_the_reference_are_named_or_given_with_what_
 
 def test_making_the_mutants_runs_nothing_of_the_reference_but_its_definitions_again(tmp_path):
     import shutil  # noqa: PLC0415
+
     folder = tmp_path / "head"
     shutil.copytree(HEAD, folder)
     marker = tmp_path / "loads"
@@ -120,34 +160,45 @@ def test_making_the_mutants_runs_nothing_of_the_reference_but_its_definitions_ag
 def test_a_teachers_own_mistake_is_named_as_the_library_names_and_adequacy_says_whether_a_case_catches_it(tmp_path):
     import io  # noqa: PLC0415
     import shutil  # noqa: PLC0415
+
     from attention_core.authoring import mistakes  # noqa: PLC0415
     from attention_core.grading import adequacy, own_mistakes  # noqa: PLC0415
+
     folder = tmp_path / "head"
     shutil.copytree(HEAD, folder, ignore=shutil.ignore_patterns("submissions"))
     chosen = assignment.load(folder)
     path = mistakes.scaffold(chosen, "values_from_keys")
-    assert own_mistakes.load(chosen)[1] == [f"{path}:1: its docstring is still the template's: write the mistake "
-                                            f"and its fix"]
+    assert own_mistakes.load(chosen)[1] == [
+        f"{path}:1: its docstring is still the template's: write the mistake and its fix"
+    ]
     text = path.read_text().split('"""', 2)[2].replace("p_attn @ self.value(value)", "p_attn @ key", 1)
     assert text != path.read_text().split('"""', 2)[2]
-    path.write_text('"""the output weighs the keys where the values belong\n\nFix: multiply the weights by the '
-                    'values.\n"""' + text)
+    path.write_text(
+        '"""the output weighs the keys where the values belong\n\nFix: multiply the weights by the values.\n"""' + text
+    )
     (folder / "mistakes" / "broken.py").write_text('"""no fix line"""\n')
     made, problems = own_mistakes.load(chosen)
     assert [m.name for m in made] == ["Head:own:values_from_keys"] and len(problems) == 1
     assert "broken.py:1: its module docstring must hold the mistake" in problems[0]
     out = io.StringIO()
     assert adequacy.report(adequacy.assess(chosen), stream=out) == 1  # (the broken file: an error)
-    assert "values_from_keys (`Head`): the output weighs the keys where the values belong: caught by head/" in \
-        out.getvalue()
+    assert (
+        "values_from_keys (`Head`): the output weighs the keys where the values belong: caught by head/"
+        in out.getvalue()
+    )
     student = tmp_path / "student.py"
-    student.write_text((HEAD / "submissions" / "correct.py").read_text().replace("self.dropout(weights) @ v",
-                                                                                 "self.dropout(weights) @ k"))
+    student.write_text(
+        (HEAD / "submissions" / "correct.py")
+        .read_text()
+        .replace("self.dropout(weights) @ v", "self.dropout(weights) @ k")
+    )
     with Grader(assignment=folder) as grader:
         graded = grader.grade(student)
     said = {d for g in graded.grades for d in g.diagnosis.split("\n") if d}
-    assert "Likely mistake: the output weighs the keys where the values belong. Fix: multiply the weights by the " \
-           "values." in said, said
+    assert (
+        "Likely mistake: the output weighs the keys where the values belong. Fix: multiply the weights by the "
+        "values." in said
+    ), said
 
 
 ENCODER = Path(__file__).resolve().parent / "assignments" / "encoder"
@@ -155,23 +206,36 @@ BUILTIN_MISTAKES = Path(__file__).resolve().parent / "submissions" / "builtin_mi
 # Each one-mistake file -> words its "Likely mistake" line must hold; None: nothing may be named "likely". A name
 # with other words is a wrong name.
 NAMED = {
-    ENCODER: {"alibi_sign": None, "alibi_slope_off_by_one": "a range starts one too early",
-              "cross_kv_from_x": "`x` is used where `context` belongs", "eps_outside_sqrt": "outside the square root",
-              "gelu_tanh": "the tanh approximation of GELU", "heads_merged_without_transpose": "is left out",
-              "mask_polarity": "the mask is inverted", "pre_norm": "the normalisation is applied to the sublayer's "
-                                                                   "input",
-              "residual_after_norm": "the residual is added after the normalisation", "sin_cos_concatenated": None,
-              "sin_cos_swapped": "the sine and the cosine are in each other's place",
-              "unbiased_variance": "the unbiased one"},
-    BUILTIN_MISTAKES: {"attention_mask_after_softmax": "the mask is applied after the softmax",
-                       "attention_mask_inverted": "the bool mask is read inverted", "attention_scale_dk": "1 / d_k",
-                       "causal_average_channel_axis": "along each token's channels",
-                       "causal_average_off_by_one": "leaves out the current row",
-                       "causal_mask_triu": "the wrong triangle", "layer_norm_no_center": "the mean is not subtracted",
-                       "layer_norm_unbiased": "unbiased", "merge_heads_no_transpose": "without moving the head axis",
-                       "mha_scale_model_dim": "the whole width", "mha_weights_transposed": "transposed",
-                       "softmax_log_softmax": "log-probabilities", "softmax_sum_no_keepdim": "keepdim",
-                       "split_heads_interleaved": "every n_heads-th channel"},
+    ENCODER: {
+        "alibi_sign": None,
+        "alibi_slope_off_by_one": "a range starts one too early",
+        "cross_kv_from_x": "`x` is used where `context` belongs",
+        "eps_outside_sqrt": "outside the square root",
+        "gelu_tanh": "the tanh approximation of GELU",
+        "heads_merged_without_transpose": "is left out",
+        "mask_polarity": "the mask is inverted",
+        "pre_norm": "the normalisation is applied to the sublayer's input",
+        "residual_after_norm": "the residual is added after the normalisation",
+        "sin_cos_concatenated": None,
+        "sin_cos_swapped": "the sine and the cosine are in each other's place",
+        "unbiased_variance": "the unbiased one",
+    },
+    BUILTIN_MISTAKES: {
+        "attention_mask_after_softmax": "the mask is applied after the softmax",
+        "attention_mask_inverted": "the bool mask is read inverted",
+        "attention_scale_dk": "1 / d_k",
+        "causal_average_channel_axis": "along each token's channels",
+        "causal_average_off_by_one": "leaves out the current row",
+        "causal_mask_triu": "the wrong triangle",
+        "layer_norm_no_center": "the mean is not subtracted",
+        "layer_norm_unbiased": "unbiased",
+        "merge_heads_no_transpose": "without moving the head axis",
+        "mha_scale_model_dim": "the whole width",
+        "mha_weights_transposed": "transposed",
+        "softmax_log_softmax": "log-probabilities",
+        "softmax_sum_no_keepdim": "keepdim",
+        "split_heads_interleaved": "every n_heads-th channel",
+    },
 }
 
 

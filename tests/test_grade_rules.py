@@ -32,14 +32,19 @@ def test_an_assignments_maximum_is_what_its_case_files_and_settings_give():
     points_command(assignments.load(LLAMA), GradingOptions(), out)
     text = out.getvalue()
     assert "total: 44 points (41 visible, 3 hidden); 16 properties are feedback, worth 0" in text
-    assert "rope/longer/rotated  " in text and text.split("rope/longer/rotated  ")[1].split()[:3] == ["value", "2",
-                                                                                                         "hidden"]
+    assert "rope/longer/rotated  " in text and text.split("rope/longer/rotated  ")[1].split()[:3] == [
+        "value",
+        "2",
+        "hidden",
+    ]
 
 
 def test_a_visibility_entry_changes_no_points_and_a_points_entry_over_a_case_files_is_warned_of(tmp_path):
     folder_ = tmp_path / "llama"
     shutil.copytree(LLAMA, folder_)
-    (folder_ / "assignment.yaml").write_text("checks:\n  block: {points: 4}\n  block/small_block: {visibility: hidden}\n")
+    (folder_ / "assignment.yaml").write_text(
+        "checks:\n  block: {points: 4}\n  block/small_block: {visibility: hidden}\n"
+    )
     chosen = assignments.load(folder_)
     rows = {r[0]: r for r in Grader(assignment=chosen).points_table()}
     assert rows["block/small_block/output"][2:] == (4.0, "hidden")  # points from `block`, visibility from its case
@@ -53,7 +58,10 @@ def test_a_property_reads_the_shapes_first_and_a_judge_that_cannot_read_the_resu
     chosen = assignments.default()
     items = [i for i in runner.collect(chosen.cases, chosen) if i.error is None]
     found = [p for p in properties.probes(chosen, items) if p.name == "layer_norm"]
-    flattened = {**chosen.functions, "layer_norm": lambda x, eps=1e-5: reference.layer_norm(x, eps).reshape(-1, x.shape[-1])}
+    flattened = {
+        **chosen.functions,
+        "layer_norm": lambda x, eps=1e-5: reference.layer_norm(x, eps).reshape(-1, x.shape[-1]),
+    }
     verdicts = properties.evaluate(found, flattened)  # (it raised inside a judge before: the batch ended)
     assert {pid: message is not None for pid, (_, message) in verdicts.items()} == {p.id: True for p in found}
     assert "`out` is of shape [10, 6] where shape [2, 5, 6] is expected" in verdicts["properties/layer_norm/moments"][1]
@@ -84,8 +92,11 @@ def test_whatever_raises_while_grading_one_submission_is_its_row_and_its_neighbo
     stream, report = io.StringIO(), io.StringIO()
     out = tmp_path / "out"
     assert grade_command([tmp_path / f"{n}.py" for n in "abc"], out, stream=stream, report=report) == 0
-    rows = {line.split()[0].rsplit("/", 1)[-1]: line.split()[1:4] for line in report.getvalue().splitlines()
-            if " / " in line and line.startswith(str(tmp_path))}
+    rows = {
+        line.split()[0].rsplit("/", 1)[-1]: line.split()[1:4]
+        for line in report.getvalue().splitlines()
+        if " / " in line and line.startswith(str(tmp_path))
+    }
     assert rows["a"] == rows["c"] == ["152", "/", "152"] and rows["b"] == ["0", "/", "152"]
     assert "the grader failed on 1 submission (a fault of the grader, not theirs" in stream.getvalue()
     results = (folder(out, "b") / "results.json").read_text()
@@ -93,8 +104,9 @@ def test_whatever_raises_while_grading_one_submission_is_its_row_and_its_neighbo
     monkeypatch.setattr(grader_module.Grader, "_property_grades", original)
     report = io.StringIO()
     assert grade_command([tmp_path / f"{n}.py" for n in "abc"], out, stream=io.StringIO(), report=report) == 0
-    assert [line.split()[1] for line in report.getvalue().splitlines() if line.startswith(str(tmp_path))] == \
-        ["152"] * 3  # its row was not kept: graded again, the others skipped as unchanged
+    assert [line.split()[1] for line in report.getvalue().splitlines() if line.startswith(str(tmp_path))] == [
+        "152"
+    ] * 3  # its row was not kept: graded again, the others skipped as unchanged
 
 
 @pytest.mark.grading
@@ -120,8 +132,9 @@ def test_the_hand_outs_keep_the_teachers_signatures_as_written(tmp_path):
 def test_a_kit_holds_nothing_of_the_hidden_checks_and_others_can_read_it(tmp_path):
     folder_ = tmp_path / "llama"
     shutil.copytree(LLAMA, folder_, ignore=shutil.ignore_patterns("submissions"))
-    (folder_ / "assignment.yaml").write_text("title: T\nchecks:\n  rope/longer: {visibility: hidden, points: 7}\n"
-                                             "  rope/one_head: {points: 5}\n")
+    (folder_ / "assignment.yaml").write_text(
+        "title: T\nchecks:\n  rope/longer: {visibility: hidden, points: 7}\n  rope/one_head: {points: 5}\n"
+    )
     kit = tmp_path / "kit"
     assert write_kit(assignments.load(folder_), kit, out=io.StringIO()) == 0
     text = "\n".join(p.read_text() for p in kit.rglob("*") if p.is_file())
@@ -136,8 +149,12 @@ def test_a_kit_holds_nothing_of_the_hidden_checks_and_others_can_read_it(tmp_pat
 @pytest.mark.grading
 def test_constant_answers_earn_nothing_and_a_missing_class_costs_only_its_own_checks():
     with Grader(assignment=LLAMA) as grader:
-        constant, partial = grader.grade_each([os.path.join(LLAMA, "submissions", "constant_zeros.py"),
-                                               os.path.join(LLAMA, "submissions", "partial_no_block.py")])
+        constant, partial = grader.grade_each(
+            [
+                os.path.join(LLAMA, "submissions", "constant_zeros.py"),
+                os.path.join(LLAMA, "submissions", "partial_no_block.py"),
+            ]
+        )
     assert constant.score == 0 and constant.max_score == partial.max_score == 44
     lost = {g.check_id.split("/")[0] for g in partial.grades if g.score < g.max_score}
     assert lost == {"block"}, lost
@@ -162,7 +179,8 @@ def test_a_result_read_for_its_shape_alone_earns_no_share_and_a_wrong_one_costs_
         "document: {title: T}\ncases:\n  - id: c\n    seed: 0\n    inputs:\n      q: {randn: [2, 3, 4]}\n"
         "      k: {randn: [2, 3, 4]}\n      v: {randn: [2, 3, 5]}\n    checks:\n      - id: both\n"
         "        points: 2\n        call: attend(q, k, v)\n        expect:\n          out: torch.Size([2, 3, 5])\n"
-        "          weights: {oracle: 'softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)'}\n")
+        "          weights: {oracle: 'softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)'}\n"
+    )
     (folder_ / "assignment.yaml").write_text("gradient_points: 0\nreturns:\n  attend: [out, weights]\n")
     wrong_shape = tmp_path / "wrong_shape.py"
     wrong_shape.write_text(TWO_RESULTS.replace("return w @ v, w", "return (w @ v).transpose(-2, -1), w"))
@@ -179,10 +197,16 @@ def test_a_result_read_for_its_shape_alone_earns_no_share_and_a_wrong_one_costs_
 def test_property_points_0_keeps_a_property_its_own_checks_entry_gives_points():
     folder_ = assignments.load(LLAMA)
     from attention_core.harness.reading.settings import Override  # noqa: PLC0415
-    settings = folder_.settings.model_copy(update={"property_points": 0.0, "checks": {
-        **folder_.settings.checks, "properties/RMSNorm/batched": Override(points=2)}})
-    chosen = assignments.Assignment(folder_.name, folder_.cases, folder_.graded, folder_.reference, settings,
-                                    folder_.folder)
+
+    settings = folder_.settings.model_copy(
+        update={
+            "property_points": 0.0,
+            "checks": {**folder_.settings.checks, "properties/RMSNorm/batched": Override(points=2)},
+        }
+    )
+    chosen = assignments.Assignment(
+        folder_.name, folder_.cases, folder_.graded, folder_.reference, settings, folder_.folder
+    )
     items = [i for i in runner.collect(chosen.cases, chosen) if i.error is None]
     assert {p.id: p.points for p in properties.probes(chosen, items)} == {"properties/RMSNorm/batched": 2.0}
 

@@ -28,10 +28,12 @@ def test_a_second_batch_replaces_its_own_rows_and_keeps_the_others(tmp_path):
     book = tmp_path / "gradebook.csv"
     write_gradebook([_graded("alice", a=1.0, b=2.0), _graded("bob", a=0.0, b=2.0)], book)
     write_gradebook([_graded("carol", a=2.0, c=1.0), _graded("alice", a=2.0, b=2.0)], book)
-    assert _rows(book) == [["submission", "score", "max_score", "a", "b", "c"],
-                           ["alice", "4", "4", "2", "2", ""],
-                           ["bob", "2", "4", "0", "2", ""],
-                           ["carol", "3", "4", "2", "", "1"]]
+    assert _rows(book) == [
+        ["submission", "score", "max_score", "a", "b", "c"],
+        ["alice", "4", "4", "2", "2", ""],
+        ["bob", "2", "4", "0", "2", ""],
+        ["carol", "3", "4", "2", "", "1"],
+    ]
     assert not (tmp_path / "gradebook.csv.partial").exists()
 
 
@@ -46,12 +48,31 @@ def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):
 def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_path):
     out = tmp_path / "out"
     for submission in ("correct.py", "unscaled.py"):
-        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
-                              str(HEAD / "submissions" / submission), "--out", str(out)],
-                             capture_output=True, text=True, timeout=300, cwd=tmp_path)  # HEAD lies outside
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attention_core",
+                "grade",
+                "--assignment",
+                str(HEAD),
+                "--property-points",
+                "0",
+                str(HEAD / "submissions" / submission),
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )  # HEAD lies outside
         assert run.returncode == 0, run.stderr[-2000:]
     rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
-    assert rows == {str(HEAD / "submissions" / "correct"): ["6", "6"], str(HEAD / "submissions" / "unscaled"): ["0", "6"]}
+    assert rows == {
+        str(HEAD / "submissions" / "correct"): ["6", "6"],
+        str(HEAD / "submissions" / "unscaled"): ["0", "6"],
+    }
 
 
 def test_rows_of_different_maximums_are_reported(tmp_path):
@@ -62,25 +83,54 @@ def test_rows_of_different_maximums_are_reported(tmp_path):
 
 def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_first(tmp_path):
     from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
+
     masked_after = "the mask is applied after the softmax"
-    scores = [Scores("a", 1, 3, grades=[Score("f/c/k", 0, 1, (masked_after,)), Score("f/c/j", 1, 1),
-                                        Score("f/c/i", 0, 1, (masked_after,))]),
-              Scores("b", 2, 3, grades=[Score("f/c/k", 0, 1, (masked_after,)), Score("f/c/j", 1, 1),
-                                        Score("f/c/i", 1, 1)]),
-              Scores("c", 3, 3, grades=[Score("f/c/k", 1, 1), Score("f/c/j", 1, 1), Score("f/c/i", 1, 1)])]
+    scores = [
+        Scores(
+            "a",
+            1,
+            3,
+            grades=[Score("f/c/k", 0, 1, (masked_after,)), Score("f/c/j", 1, 1), Score("f/c/i", 0, 1, (masked_after,))],
+        ),
+        Scores("b", 2, 3, grades=[Score("f/c/k", 0, 1, (masked_after,)), Score("f/c/j", 1, 1), Score("f/c/i", 1, 1)]),
+        Scores("c", 3, 3, grades=[Score("f/c/k", 1, 1), Score("f/c/j", 1, 1), Score("f/c/i", 1, 1)]),
+    ]
     rows = class_summary(scores, tmp_path / "summary.csv")
     assert rows == [("mistake", masked_after, 2), ("check", "f/c/k", 2), ("check", "f/c/i", 1)]
-    assert _rows(tmp_path / "summary.csv")[:2] == [["kind", "what", "students", "of"],
-                                                    ["mistake", masked_after, "2", "3"]]
+    assert _rows(tmp_path / "summary.csv")[:2] == [
+        ["kind", "what", "students", "of"],
+        ["mistake", masked_after, "2", "3"],
+    ]
 
 
 def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mistakes_and_properties(tmp_path):
     from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
     from attention_core.report.class_page import class_page  # noqa: PLC0415
-    scores = [Scores("a<b>", 1, 4, grades=[Score("f/c/k", 0, 1, ("the softmax is left out",)), Score("f/c/j", 1, 1),
-                                           Score("properties/f/causal", 0, 1), Score("f/c/half", 0.5, 1)]),
-              Scores("z", 4, 4, grades=[Score("f/c/k", 1, 1), Score("f/c/j", 1, 1), Score("properties/f/causal", 1, 1),
-                                        Score("f/c/half", 1, 1)])]
+
+    scores = [
+        Scores(
+            "a<b>",
+            1,
+            4,
+            grades=[
+                Score("f/c/k", 0, 1, ("the softmax is left out",)),
+                Score("f/c/j", 1, 1),
+                Score("properties/f/causal", 0, 1),
+                Score("f/c/half", 0.5, 1),
+            ],
+        ),
+        Scores(
+            "z",
+            4,
+            4,
+            grades=[
+                Score("f/c/k", 1, 1),
+                Score("f/c/j", 1, 1),
+                Score("properties/f/causal", 1, 1),
+                Score("f/c/half", 1, 1),
+            ],
+        ),
+    ]
     rows = class_summary(scores, tmp_path / "summary.csv")
     assert ("property", "properties/f/causal", 1) in rows
     page = class_page(scores, rows)
@@ -100,9 +150,26 @@ def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_
         (subs / name).write_bytes((HEAD / "submissions" / name).read_bytes())
 
     def grade(*extra):
-        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
-                              str(subs / "correct.py"), str(subs / "unscaled.py"), "--out", str(out), *extra],
-                             capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attention_core",
+                "grade",
+                "--assignment",
+                str(HEAD),
+                "--property-points",
+                "0",
+                str(subs / "correct.py"),
+                str(subs / "unscaled.py"),
+                "--out",
+                str(out),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         return run.stderr
 
@@ -124,9 +191,25 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
         (tmp_path / student).mkdir()
         (tmp_path / student / "attention.py").write_bytes((HEAD / "submissions" / "correct.py").read_bytes())
     for student in ("alice", "carol", "alice"):
-        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
-                              f"{student}/attention.py", "--out", "out"],
-                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attention_core",
+                "grade",
+                "--assignment",
+                str(HEAD),
+                "--property-points",
+                "0",
+                f"{student}/attention.py",
+                "--out",
+                "out",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
         assert run.returncode == 0, run.stderr[-2000:]
     rows = {row[0] for row in _rows(out / "gradebook.csv")[1:]}
     assert rows == {"alice/attention", "carol/attention"}  # alice's, then carol's; alice again: her own, skipped
@@ -137,8 +220,9 @@ def test_no_cell_of_a_csv_the_batch_writes_starts_a_formula_and_reading_it_back_
     from attention_core.grading import cells, gradescope  # noqa: PLC0415
     from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
     from attention_core.grading.gradescope import _existing_rows  # noqa: PLC0415
+
     names = ["=cmd|calc", "+1+1", "-x", "@SUM(A1)", "\tx", "'=quoted", "''", "'plain", "plain", "-1.5"]
-    scores = [Scores(name, 1.0, 2, grades=[Score("f/c/k", 1.0, 2, ("=HYPERLINK(\"x\")",))]) for name in names]
+    scores = [Scores(name, 1.0, 2, grades=[Score("f/c/k", 1.0, 2, ('=HYPERLINK("x")',))]) for name in names]
     gradescope.write_gradebook(scores, tmp_path / "gradebook.csv")
     class_summary(scores, tmp_path / "summary.csv")
     for written in ("gradebook.csv", "summary.csv"):

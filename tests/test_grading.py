@@ -36,9 +36,11 @@ REFERENCE = inspect.getsource(reference)
 def _style(name):
     """A standalone module defining the functions of one style of tests/implementations.py."""
     source = (TESTS / "implementations.py").read_text(encoding="utf-8")
-    source = source.replace("from attention_core import reference\n",
-                            f"import types as _types\nreference = _types.ModuleType('reference')\n"
-                            f"exec({REFERENCE!r}, reference.__dict__)\n")
+    source = source.replace(
+        "from attention_core import reference\n",
+        f"import types as _types\nreference = _types.ModuleType('reference')\n"
+        f"exec({REFERENCE!r}, reference.__dict__)\n",
+    )
     return source + f"\nglobals().update({name})\n"
 
 
@@ -48,7 +50,8 @@ HOSTILE = {
     "system_exit": REFERENCE + "\n\nimport sys\n\ndef causal_mask(T, device=None):\n    sys.exit(3)\n",
     "interrupts": REFERENCE + "\n\ndef merge_heads(x):\n    raise KeyboardInterrupt\n",
     "import_error": "import torch\nraise RuntimeError('broken at import')\n",
-    "rigged": REFERENCE + '''
+    "rigged": REFERENCE
+    + """
 
 class _Rigged(torch.Tensor):
     def __eq__(self, other):
@@ -64,7 +67,7 @@ _attention = attention
 def attention(q, k, v, mask=None, scale=None):
     output, weights = _attention(q, k, v, mask, scale)
     return torch.zeros_like(output).as_subclass(_Rigged), weights
-''',
+""",
 }
 
 
@@ -100,8 +103,15 @@ def test_grading_completes_with_exit_0_and_gradescope_fields(batch):
         for test in result["tests"]:
             assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(test)
             assert test["status"] in ("passed", "failed")
-            assert test["extra_data"]["status"] in ("passed", "failed", "case error", "not implemented",
-                                                    "implementation error", "timeout", "harness error")
+            assert test["extra_data"]["status"] in (
+                "passed",
+                "failed",
+                "case error",
+                "not implemented",
+                "implementation error",
+                "timeout",
+                "harness error",
+            )
     assert list(rows[0])[:3] == ["submission", "score", "max_score"]
     assert {last_part(row["submission"]) for row in rows} == set(results)
 
@@ -153,9 +163,11 @@ def test_a_submission_that_does_not_import_gets_no_mistake_named(batch):
 def test_a_check_of_shapes_holds_its_backward_to_the_gradients_shapes(batch):
     # A wrong value is charged by the checks that read values, not again by a check of shapes.
     results, _, _ = batch
-    shapes_only = {item.id for item in runner.collect(runner.default_cases_folder())
-                   if item.error is None and item.check.kind == "call"
-                   and all(e.kind == "shape" for e in item.check.expectations)}
+    shapes_only = {
+        item.id
+        for item in runner.collect(runner.default_cases_folder())
+        if item.error is None and item.check.kind == "call" and all(e.kind == "shape" for e in item.check.expectations)
+    }
     assert shapes_only
     for mutant in (m for m in mutants.MUTANTS if m.breaks == "values"):
         tests = {t["name"]: t for t in results[f"mutant_{mutant.name}"]["tests"]}
@@ -176,11 +188,14 @@ def test_a_hanging_function_costs_one_time_limit_and_the_rest_is_graded(batch):
     assert result["score"] > 0  # layer_norm, causal_average, the masks and heads keep their points
 
 
-@pytest.mark.parametrize(("name", "function", "reason"), [
-    ("exits", "layer_norm", r"crashed: .*exit code 0"),
-    ("system_exit", "causal_mask", r"crashed: .*SystemExit"),
-    ("interrupts", "merge_heads", r"crashed: .*KeyboardInterrupt"),
-])
+@pytest.mark.parametrize(
+    ("name", "function", "reason"),
+    [
+        ("exits", "layer_norm", r"crashed: .*exit code 0"),
+        ("system_exit", "causal_mask", r"crashed: .*SystemExit"),
+        ("interrupts", "merge_heads", r"crashed: .*KeyboardInterrupt"),
+    ],
+)
 def test_a_process_that_dies_fails_that_functions_checks_with_the_reason(batch, name, function, reason):
     result = batch[0][name]
     failed = _failed(result)
@@ -206,17 +221,27 @@ def test_the_template_declares_every_graded_function():
     namespace = {}
     exec(template(), namespace)  # noqa: S102 (our own text)
     for function in spec.SPEC:
+
         def params(f):  # names, kinds and defaults (the reference's annotations are its own)
             return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
         assert params(namespace[function.name]) == params(getattr(reference, function.name))
         assert namespace[function.name].__doc__
         for param in function.params:  # each parameter said something of, not a bare default
-            assert re.search(rf"^\s+{param.name}: \S", namespace[function.name].__doc__, re.M), (function.name, param.name)
+            assert re.search(rf"^\s+{param.name}: \S", namespace[function.name].__doc__, re.M), (
+                function.name,
+                param.name,
+            )
 
 
 def _pytest(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_pytest_impl_checks_a_submission_and_records_points(tmp_path):
@@ -254,8 +279,13 @@ def test_a_reply_already_judged_for_a_check_gets_the_same_result_and_a_different
 
 def test_grading_a_batch_one_ahead_gives_each_submission_what_grading_it_alone_gives(tmp_path):
     no_scale = next(m for m in mutants.MUTANTS if m.name == "no_scale")
-    files = {"a.py": REFERENCE, "b.py": "raise ImportError('no')\n", "c.py": mutants.submission_source(no_scale),
-             "two/x.py": REFERENCE, "two/y.py": REFERENCE}  # a folder with no single entry: not opened
+    files = {
+        "a.py": REFERENCE,
+        "b.py": "raise ImportError('no')\n",
+        "c.py": mutants.submission_source(no_scale),
+        "two/x.py": REFERENCE,
+        "two/y.py": REFERENCE,
+    }  # a folder with no single entry: not opened
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -264,8 +294,9 @@ def test_grading_a_batch_one_ahead_gives_each_submission_what_grading_it_alone_g
         each = list(grader.grade_each(iter(paths)))
         alone = [grader.grade(p) for p in paths]
     assert [g.path for g in each] == paths
-    assert [(g.score, g.note, [x.score for x in g.grades]) for g in each] == \
-           [(g.score, g.note, [x.score for x in g.grades]) for g in alone]
+    assert [(g.score, g.note, [x.score for x in g.grades]) for g in each] == [
+        (g.score, g.note, [x.score for x in g.grades]) for g in alone
+    ]
     assert each[0].score == each[0].max_score and 0 < each[3].score < each[3].max_score
     assert "could not be opened" in each[1].note and "could not be imported" in each[2].note
 
@@ -297,19 +328,26 @@ def test_students_read_case_locations_from_the_case_folder_not_the_graders_paths
     assert main(["grade", str(tmp_path / "student.py"), "--cases", str(course / "cases"), "--out", "out"]) == 0
     assert not (folder(elsewhere / "out", "student") / "report.html").exists()  # the student's folder: theirs
     for written in ("results.json", "report.html"):
-        text = (folder(elsewhere / "out", "student") / written if written == "results.json"
-                else report(elsewhere / "out", "student")).read_text(encoding="utf-8")
+        text = (
+            folder(elsewhere / "out", "student") / written
+            if written == "results.json"
+            else report(elsewhere / "out", "student")
+        ).read_text(encoding="utf-8")
         # The teacher's report names the case file from its folder; a student's feedback names none.
         assert (f"cases/{shipped.name}:" in text) == (written == "report.html"), written
         assert str(course) not in text and str(runner.default_cases_folder().parent) not in text, written
 
 
-@pytest.mark.parametrize(("case_file", "reason"), [
-    ("_SHAPES_THAT_CANNOT_GO_THROUGH", "the reference core cannot run `attention` on these arguments either"),
-    ("_RESULT_TOO_LARGE", "would return a result of"),
-])
+@pytest.mark.parametrize(
+    ("case_file", "reason"),
+    [
+        ("_SHAPES_THAT_CANNOT_GO_THROUGH", "the reference core cannot run `attention` on these arguments either"),
+        ("_RESULT_TOO_LARGE", "would return a result of"),
+    ],
+)
 def test_a_check_no_implementation_could_pass_is_worth_nothing_and_charged_to_no_one(tmp_path, case_file, reason):
     from tests import test_runner  # noqa: PLC0415
+
     cases = tmp_path / "cases"
     cases.mkdir()
     (cases / "f.yaml").write_text(getattr(test_runner, case_file), encoding="utf-8")
@@ -332,8 +370,10 @@ def test_a_students_feedback_shows_the_call_and_names_no_case_file_line_or_varia
     call = mutant["output"].split("The call: ", 1)[1].split("\n\n", 1)[0]
     function = mutant["name"].split("/")[-1].removesuffix("/backward")
     assert re.match(r"\w+\(", call) and ": float" in call, call  # the call, and each tensor's dtype and shape
-    attention = next(t for t in _failed(results["mutant_" + next(m.name for m in mutants.MUTANTS
-                                                                  if "attention" in m.functions)])
-                     if "`output`, what your `attention` returns (result 1 of 2)" in t["output"]
-                     or "`weights`, what your `attention` returns (result 2 of 2)" in t["output"])
+    attention = next(
+        t
+        for t in _failed(results["mutant_" + next(m.name for m in mutants.MUTANTS if "attention" in m.functions)])
+        if "`output`, what your `attention` returns (result 1 of 2)" in t["output"]
+        or "`weights`, what your `attention` returns (result 2 of 2)" in t["output"]
+    )
     assert "attention(q, k, v" in attention["output"], (function, attention["output"][:500])

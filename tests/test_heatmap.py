@@ -14,7 +14,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def luminance(colour):
-    r, g, b = (int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    r, g, b = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
@@ -46,7 +46,7 @@ def test_a_sequential_scale_runs_from_dark_at_its_low_end_to_light_at_its_high_e
 def test_a_difference_scale_is_symmetric_about_zero_and_white_at_zero():
     scale = Scale.around_zero(torch.tensor([-0.5, 3.0, math.nan, -math.inf], dtype=torch.float64))
     assert (scale.low, scale.high) == (-3.0, 3.0)
-    r, g, b = (int(scale.colour(0.0)[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(scale.colour(0.0)[i : i + 2], 16) for i in (1, 3, 5))
     assert min(r, g, b) > 230, "0 is drawn near white"
     assert scale.colour(-3.0) != scale.colour(3.0)
 
@@ -75,7 +75,7 @@ def test_downsampling_keeps_the_worst_element_and_each_blocks_worst():
     assert (bh, bw) == (4, 3) and tuple(picks.shape) == (25, 24)
     assert picks[57 // 4, 41 // 3] == 57 * 70 + 41
     for r, c in [(0, 0), (3, 7), (24, 23)]:  # the last row and column of blocks are cut short
-        block = badness[r * bh:(r + 1) * bh, c * bw:(c + 1) * bw]
+        block = badness[r * bh : (r + 1) * bh, c * bw : (c + 1) * bw]
         best = divmod(int(picks[r, c]), 70)
         assert badness[best] == block.max()
 
@@ -110,21 +110,27 @@ def test_masked_nan_inf_and_unknown_cells_are_drawn_apart_from_the_values():
     assert set(fills) == {(r, c) for r in range(2) for c in range(3)}
     # viridis (matplotlib's table): #440154 at its low end, #21918c half way (the palette's 64 steps: within 2)
     assert fills[0, 0] == "#440154"
-    middle = [int(fills[1, 2][i:i + 2], 16) for i in (1, 3, 5)]
-    assert all(abs(a - b) <= 2 for a, b in zip(middle, (0x21, 0x91, 0x8c))), fills[1, 2]
+    middle = [int(fills[1, 2][i : i + 2], 16) for i in (1, 3, 5)]
+    assert all(abs(a - b) <= 2 for a, b in zip(middle, (0x21, 0x91, 0x8C))), fills[1, 2]
     special = {fills[0, 1], fills[0, 2], fills[1, 0]}
     assert len(special) == 3 and not special & set(scale.palette), "masked, unknown and NaN each look their own"
     marks = [p for p in ET.fromstring(svg).iter(f"{SVG}path") if p.get("fill") == "none"]
     assert len(marks) == 4, "each category cell carries a mark over its fill"
     frames = [r for r in ET.fromstring(svg).iter(f"{SVG}rect")]
-    assert frames and all(float(r.get("x")) == pytest.approx(2.1) and float(r.get("y")) == pytest.approx(1.1)
-                          for r in frames)
+    assert frames and all(
+        float(r.get("x")) == pytest.approx(2.1) and float(r.get("y")) == pytest.approx(1.1) for r in frames
+    )
 
 
 def test_text_in_a_heatmap_and_its_legend_is_escaped():
     label = '</title><script>alert("x")</script> & more'
-    svg = heatmap.heatmap_svg(torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.int64), Scale(0.0, 1.0),
-                              label=label, attributes={"data-target": 'a"><script>'})
+    svg = heatmap.heatmap_svg(
+        torch.zeros(1, 2),
+        torch.zeros(1, 2, dtype=torch.int64),
+        Scale(0.0, 1.0),
+        label=label,
+        attributes={"data-target": 'a"><script>'},
+    )
     root = ET.fromstring(svg)  # well-formed: nothing got out of its attribute or element
     assert root.find(f"{SVG}title").text == label
     assert root.get("data-target") == 'a"><script>'

@@ -5,17 +5,22 @@ check that needs a function the submission lacks shows it.
 """
 
 import pytest
+from implementations import EMPTY, SOFTMAX_ONLY, STYLES
 
 from attention_core import spec
 from attention_core.harness.checking import runner
 from attention_core.harness.checking.results import Status
-from implementations import EMPTY, SOFTMAX_ONLY, STYLES
 
-GRADED = [item for item in runner.collect(runner.default_cases_folder())
-          if item.error is None and item.check.kind == "call"]
+GRADED = [
+    item for item in runner.collect(runner.default_cases_folder()) if item.error is None and item.check.kind == "call"
+]
 
-@pytest.mark.parametrize(("style", "item"), [(style, item) for style in STYLES for item in GRADED],
-                         ids=lambda p: p if isinstance(p, str) else p.id)
+
+@pytest.mark.parametrize(
+    ("style", "item"),
+    [(style, item) for style in STYLES for item in GRADED],
+    ids=lambda p: p if isinstance(p, str) else p.id,
+)
 def test_a_correct_style_passes_every_graded_check(style, item):
     result = runner.run(item, functions=STYLES[style])
     assert result.passed, result.report
@@ -27,9 +32,11 @@ def test_a_softmax_only_submission_passes_every_softmax_check(item):
     assert result.passed, result.report
 
 
-@pytest.mark.parametrize(("submission", "item"),
-                         [("softmax_only", i) for i in GRADED if i.check.function != "softmax"]
-                         + [("empty", i) for i in GRADED], ids=lambda p: p if isinstance(p, str) else p.id)
+@pytest.mark.parametrize(
+    ("submission", "item"),
+    [("softmax_only", i) for i in GRADED if i.check.function != "softmax"] + [("empty", i) for i in GRADED],
+    ids=lambda p: p if isinstance(p, str) else p.id,
+)
 def test_a_missing_function_fails_its_checks_as_not_implemented(submission, item):
     functions = {"softmax_only": SOFTMAX_ONLY, "empty": EMPTY}[submission]
     result = runner.run(item, functions=functions)

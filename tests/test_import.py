@@ -10,19 +10,21 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 import torch
+import yaml
 
 from attention_core import cli
-from attention_core.harness.reading import inventory
 from attention_core.harness.checking import runner
-from attention_core.harness.reading.cases import load_file
 from attention_core.harness.checking.results import Status
+from attention_core.harness.reading import inventory
+from attention_core.harness.reading.cases import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 # The documents live in ../shared/seeds beside the checkout (or beside a folder above it).
-SEEDS = next((p / "shared" / "seeds" for p in ROOT.parents if (p / "shared" / "seeds").is_dir()),
-             ROOT.parent / "shared" / "seeds")
+SEEDS = next(
+    (p / "shared" / "seeds" for p in ROOT.parents if (p / "shared" / "seeds").is_dir()),
+    ROOT.parent / "shared" / "seeds",
+)
 DOCUMENTS = sorted(SEEDS.glob("0*.txt"))
 INVENTORY = inventory.load(ROOT / "cases")
 # Rows whose printed value is not torch's print of a tensor or a size: the import looks for those only.
@@ -78,8 +80,9 @@ def _contains(found, wanted):
     f, w = found.printed, wanted.printed
     n = w.values.numel()
     for start in range(f.values.numel() - n + 1):
-        if (torch.equal(f.values[start:start + n].nan_to_num(), w.values.nan_to_num())
-                and torch.equal(f.unit[start:start + n], w.unit)):
+        if torch.equal(f.values[start : start + n].nan_to_num(), w.values.nan_to_num()) and torch.equal(
+            f.unit[start : start + n], w.unit
+        ):
             return True
     return False
 
@@ -95,8 +98,11 @@ def test_a_document_imports_as_a_draft_holding_every_print_the_inventory_lists(t
     found = {}
     for case in draft.cases:
         found.setdefault(case.source.cell, []).extend(e for check in case.checks for e in check.expectations)
-    missed = [f"{row.cell} {row.variable}" for row, wanted in _answer_key(document)
-              if not any(_contains(f, w) for f in found.get(row.cell, []) for w in wanted)]
+    missed = [
+        f"{row.cell} {row.variable}"
+        for row, wanted in _answer_key(document)
+        if not any(_contains(f, w) for f in found.get(row.cell, []) for w in wanted)
+    ]
     assert missed == []
     prints = sum(len(v) for v in found.values())
     assert said.startswith(f"{out}: {len(draft.cases)} draft cases, {prints} pending expectations")
@@ -119,15 +125,28 @@ def _notebook(path):
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Softmax by hand\nA worked example."),
         nbformat.v4.new_code_cell("import torch"),
-        nbformat.v4.new_code_cell("x = torch.tensor([1., 2., 3.])\nx.softmax(0)", execution_count=3, outputs=[
-            nbformat.v4.new_output("execute_result", {"text/plain": "tensor([0.0900, 0.2447, 0.6652])"},
-                                   execution_count=3)]),
-        nbformat.v4.new_code_cell('print("scores:", s)\nprint("weights\\n", w)\nw.shape', execution_count=4,
-                                  outputs=[
-            nbformat.v4.new_output("stream", name="stdout",
-                                   text="scores: tensor([[1., 0.],\n        [0., 1.]])\n"
-                                        "weights\n tensor([[0.7311, 0.2689],\n        [0.2689, 0.7311]])\n"),
-            nbformat.v4.new_output("execute_result", {"text/plain": "torch.Size([2, 2])"}, execution_count=4)]),
+        nbformat.v4.new_code_cell(
+            "x = torch.tensor([1., 2., 3.])\nx.softmax(0)",
+            execution_count=3,
+            outputs=[
+                nbformat.v4.new_output(
+                    "execute_result", {"text/plain": "tensor([0.0900, 0.2447, 0.6652])"}, execution_count=3
+                )
+            ],
+        ),
+        nbformat.v4.new_code_cell(
+            'print("scores:", s)\nprint("weights\\n", w)\nw.shape',
+            execution_count=4,
+            outputs=[
+                nbformat.v4.new_output(
+                    "stream",
+                    name="stdout",
+                    text="scores: tensor([[1., 0.],\n        [0., 1.]])\n"
+                    "weights\n tensor([[0.7311, 0.2689],\n        [0.2689, 0.7311]])\n",
+                ),
+                nbformat.v4.new_output("execute_result", {"text/plain": "torch.Size([2, 2])"}, execution_count=4),
+            ],
+        ),
     ]
     nbformat.write(nb, str(path))
 
@@ -142,12 +161,18 @@ def test_an_ipynb_imports_through_nbformat(tmp_path):
     assert "  #     x = torch.tensor([1., 2., 3.])\n  #     x.softmax(0)\n" in text  # the cell's source, kept
     draft = load_file(out)
     assert draft.errors == () and draft.document.title == "Softmax by hand"
-    shown = {(case.id, case.source.cell, check.id, e.kind, e.pending): e
-             for case in draft.cases for check in case.checks for e in check.expectations}
-    assert sorted(shown) == [("in_3", "In [3]", "x_softmax_0", "printed", True),
-                             ("in_4", "In [4]", "print_3", "shape", True),
-                             ("in_4", "In [4]", "scores", "printed", True),
-                             ("in_4", "In [4]", "weights", "printed", True)]
+    shown = {
+        (case.id, case.source.cell, check.id, e.kind, e.pending): e
+        for case in draft.cases
+        for check in case.checks
+        for e in check.expectations
+    }
+    assert sorted(shown) == [
+        ("in_3", "In [3]", "x_softmax_0", "printed", True),
+        ("in_4", "In [4]", "print_3", "shape", True),
+        ("in_4", "In [4]", "scores", "printed", True),
+        ("in_4", "In [4]", "weights", "printed", True),
+    ]
     weights = shown[("in_4", "In [4]", "weights", "printed", True)].printed
     assert weights.values.tolist() == [0.7311, 0.2689, 0.2689, 0.7311] and weights.shape == (2, 2)
     assert shown[("in_4", "In [4]", "print_3", "shape", True)].shape == (2, 2)
@@ -163,8 +188,11 @@ def test_an_existing_file_is_not_replaced_without_force(tmp_path, capsys):
 
 def test_a_cell_whose_prints_name_a_floating_dtype_drafts_a_case_of_that_dtype(tmp_path):
     export = tmp_path / "nb.txt"
-    export.write_text("In [1]:\nx.softmax(-1)\n\ntensor([0.2689, 0.7311], dtype=torch.float64)\n\n"
-                      "In [2]:\ny.softmax(-1)\n\ntensor([0.2689, 0.7311])\n", encoding="utf-8")
+    export.write_text(
+        "In [1]:\nx.softmax(-1)\n\ntensor([0.2689, 0.7311], dtype=torch.float64)\n\n"
+        "In [2]:\ny.softmax(-1)\n\ntensor([0.2689, 0.7311])\n",
+        encoding="utf-8",
+    )
     _import(export, tmp_path / "draft.yaml")
     cases = yaml.safe_load((tmp_path / "draft.yaml").read_text(encoding="utf-8"))["cases"]
     assert [case.get("dtype") for case in cases] == ["float64", None]  # unnamed: torch's default, float32
@@ -172,8 +200,9 @@ def test_a_cell_whose_prints_name_a_floating_dtype_drafts_a_case_of_that_dtype(t
 
 def test_a_displayed_values_out_prompt_is_output_not_the_cells_source(tmp_path):
     export = tmp_path / "nb.txt"
-    export.write_text("In [2]:\nx * 2\n\nOut[2]:\ntensor([2., 2.])\n\nIn [3]:\ny\nOut[3]: tensor([1.])\n",
-                      encoding="utf-8")
+    export.write_text(
+        "In [2]:\nx * 2\n\nOut[2]:\ntensor([2., 2.])\n\nIn [3]:\ny\nOut[3]: tensor([1.])\n", encoding="utf-8"
+    )
     _import(export, tmp_path / "draft.yaml")
     text = (tmp_path / "draft.yaml").read_text(encoding="utf-8")
     assert "Out[" not in text and "#     x * 2\n" in text and "#     y\n" in text

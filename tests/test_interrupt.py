@@ -49,16 +49,29 @@ def _rows(path):
 
 @pytest.mark.grading
 def test_a_batch_stopped_with_sigint_keeps_what_it_finished_leaves_nothing_running_and_the_same_command_goes_on(
-        tmp_path):
+    tmp_path,
+):
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
     correct = (HEAD / "submissions" / "correct.py").read_text()
     for i in range(6):
         (subs / f"s{i}.py").write_text(SLOW + correct)
-    command = [sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
-               *map(str, sorted(subs.iterdir())), "--out", str(out)]
-    batch = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # its own process group: ^C reaches all of it
+    command = [
+        sys.executable,
+        "-m",
+        "attention_core",
+        "grade",
+        "--assignment",
+        str(HEAD),
+        "--property-points",
+        "0",
+        *map(str, sorted(subs.iterdir())),
+        "--out",
+        str(out),
+    ]
+    batch = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )  # its own process group: ^C reaches all of it
     deadline = time.monotonic() + 120
     while len(list(out.rglob("record.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -83,10 +96,24 @@ def test_a_batch_stopped_with_sigterm_with_two_grader_processes_stops_too(tmp_pa
     correct = (HEAD / "submissions" / "correct.py").read_text()
     for i in range(8):
         (subs / f"s{i}.py").write_text(SLOW + correct)
-    command = [sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0",
-               *map(str, sorted(subs.iterdir())), "--out", str(out), "--jobs", "2"]
-    batch = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "attention_core",
+        "grade",
+        "--assignment",
+        str(HEAD),
+        "--property-points",
+        "0",
+        *map(str, sorted(subs.iterdir())),
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
+    ]
+    batch = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     deadline = time.monotonic() + 120
     while len(list(out.rglob("record.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -94,7 +121,9 @@ def test_a_batch_stopped_with_sigterm_with_two_grader_processes_stops_too(tmp_pa
     _, stderr = batch.communicate(timeout=60)
     assert batch.returncode == 130 and "terminated: graded" in stderr, stderr
     assert _processes_in_session(batch.pid) == []
-    assert sorted(map(last_part, _rows(out / "gradebook.csv"))) == sorted(p.parent.name for p in out.rglob("record.json"))
+    assert sorted(map(last_part, _rows(out / "gradebook.csv"))) == sorted(
+        p.parent.name for p in out.rglob("record.json")
+    )
 
 
 def test_a_second_batch_into_the_same_out_is_refused_while_the_first_runs(tmp_path):
@@ -105,9 +134,23 @@ def test_a_second_batch_into_the_same_out_is_refused_while_the_first_runs(tmp_pa
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("pid 4242")
         held.flush()
-        run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
-                              str(tmp_path / "s.py"), "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attention_core",
+                "grade",
+                "--assignment",
+                str(HEAD),
+                str(tmp_path / "s.py"),
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert run.returncode == 2
     assert "is being written by another grading batch (pid 4242)" in run.stderr
     assert not (out / "s").exists()  # nothing graded, nothing written

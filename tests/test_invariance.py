@@ -30,7 +30,7 @@ TESTS = Path(__file__).resolve().parent
 BUILTIN = TESTS / "submissions" / "builtin"
 LLAMA = TESTS / "assignments" / "llama"
 BOOK = TESTS / "assignments" / "book"
-OPTIONS = GradingOptions(call_timeout=2.0)  # (a crash is what is tried here, not a hang)
+OPTIONS = GradingOptions()  # the defaults, as a teacher grades (a crash is tried here, not a hang)
 
 
 def _every_pair(kinds):
@@ -60,8 +60,15 @@ def _builtin_kinds(tmp):
     shutil.copy(BUILTIN / "correct_matmul.py", folder / "solution.py")
     crash = tmp / "crash.py"
     crash.write_text(inspect.getsource(reference) + "\n\nimport os\n\ndef layer_norm(x, eps=1e-5):\n    os._exit(0)\n")
-    return [BUILTIN / "correct_einsum.py", BUILTIN / "partial_missing_names.py", BUILTIN / "constant_zeros.py",
-            BUILTIN / "mistake_scale_by_d.py", BUILTIN / "notebook_correct.ipynb", crash, folder]
+    return [
+        BUILTIN / "correct_einsum.py",
+        BUILTIN / "partial_missing_names.py",
+        BUILTIN / "constant_zeros.py",
+        BUILTIN / "mistake_scale_by_d.py",
+        BUILTIN / "notebook_correct.ipynb",
+        crash,
+        folder,
+    ]
 
 
 def _assert_the_same_alone_and_among_others(kinds, assignment=None):
@@ -87,8 +94,12 @@ def test_builtin_submissions_of_every_kind_grade_the_same_alone_first_last_and_a
 
 def test_a_teachers_submissions_of_every_kind_grade_the_same_alone_and_after_each_other(tmp_path):
     subs = LLAMA / "submissions"
-    kinds = [subs / "correct_sdpa_complex.py", subs / "partial_norm_attention.py", subs / "constant_identity.py",
-             subs / "mistake_rope_on_values.py"]
+    kinds = [
+        subs / "correct_sdpa_complex.py",
+        subs / "partial_norm_attention.py",
+        subs / "constant_identity.py",
+        subs / "mistake_rope_on_values.py",
+    ]
     alone = _assert_the_same_alone_and_among_others(kinds, LLAMA)
     scores = {k.name: (json.loads(alone[k])["score"], json.loads(alone[k])["max_score"]) for k in kinds}
     assert scores["correct_sdpa_complex.py"] == (44, 44)  # the teacher's maximum: the case files' points
@@ -99,7 +110,7 @@ def test_two_grader_processes_give_each_submission_what_one_gives(tmp_path):
     kinds = _builtin_kinds(tmp_path)
     zipped = tmp_path / "zipped.zip"
     with zipfile.ZipFile(zipped, "w") as z:
-        z.write(BUILTIN / "correct_loops.py", "attention_student.py")
+        z.write(BUILTIN / "correct_functional.py", "attention_student.py")
     kinds.append(zipped)
     found = {}
     for jobs, order in ((1, kinds), (2, kinds[::-1])):
@@ -135,7 +146,7 @@ def _without(source, name):
     lines = source.splitlines(keepends=True)
     (node,) = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
     start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-    return "".join(lines[:start] + lines[node.end_lineno:])
+    return "".join(lines[:start] + lines[node.end_lineno :])
 
 
 def _needs(chosen):
@@ -165,7 +176,7 @@ def test_the_reference_less_any_one_name_keeps_every_point_that_does_not_need_th
         variants.append((name, path))
     with Grader(assignment=folder, options=OPTIONS) as grader:
         probes = {p.id: p for p in grader.probes}
-        for (removed, path), graded in zip(variants, grader.grade_each([p for _, p in variants])):
+        for (removed, _path), graded in zip(variants, grader.grade_each([p for _, p in variants])):
             assert graded.max_score > 0
             for grade in graded.grades:
                 function = getattr(grade.item.check, "function", None)
@@ -178,4 +189,5 @@ def test_the_reference_less_any_one_name_keeps_every_point_that_does_not_need_th
                 said = " ".join(grade.result.message.split())[:300]
                 assert grade.score == grade.max_score, (
                     f"without {removed}: {grade.check_id} ({function}, which does not need it) scored "
-                    f"{grade.score} of {grade.max_score}: {said}")
+                    f"{grade.score} of {grade.max_score}: {said}"
+                )

@@ -6,14 +6,19 @@ import shutil
 import pytest
 
 from attention_core import cli
-from attention_core.harness.reading import inventory
 from attention_core.harness.checking import runner
+from attention_core.harness.reading import inventory
 from attention_core.harness.reading.cases import load_folder
 
 CASES = runner.default_cases_folder()
 CORPUS_PAGE = CASES.parent / "docs" / "corpus.md"
-DOCUMENTS = ("000_attention_explained", "001_self_attention", "002_attention_mechanism",
-             "003_attention_math_trick", "004_self_attention_from_scratch")
+DOCUMENTS = (
+    "000_attention_explained",
+    "001_self_attention",
+    "002_attention_mechanism",
+    "003_attention_math_trick",
+    "004_self_attention_from_scratch",
+)
 
 
 def test_every_document_has_an_inventory_and_it_agrees_with_the_case_files():
@@ -32,7 +37,7 @@ def test_every_row_is_encoded_or_says_why_not():
 def test_the_docs_corpus_table_is_made_from_the_inventory():
     text = CORPUS_PAGE.read_text(encoding="utf-8")
     start = text.index(cli.README_START) + len(cli.README_START)
-    table = text[start:text.index(cli.README_END)].strip()
+    table = text[start : text.index(cli.README_END)].strip()
     assert table == inventory.corpus_table(inventory.load(CASES), load_folder(CASES))
 
 
@@ -62,8 +67,10 @@ def test_an_encoded_row_without_a_check_is_reported(copy):
 
 def test_a_row_naming_a_missing_check_is_reported(copy):
     _edit(copy / "inventory" / "001_self_attention.csv", "four_by_four/input:out", "four_by_four/inputs:out")
-    assert "inventory/001_self_attention.csv:2: input: four_by_four/inputs:out names no check expectation" \
-           " (case/check:target)" in _problems(copy)
+    assert (
+        "inventory/001_self_attention.csv:2: input: four_by_four/inputs:out names no check expectation"
+        " (case/check:target)" in _problems(copy)
+    )
 
 
 def test_a_check_in_no_row_is_reported(copy):
@@ -84,5 +91,7 @@ def test_the_inventory_command_prints_the_table_or_the_problems(copy):
 
 def test_an_input_row_must_name_a_printed_input(copy):
     _edit(copy / "inventory" / "003_attention_math_trick.csv", "input,bag_of_words:x0,", "input,bag_of_words:x1,")
-    assert "inventory/003_attention_math_trick.csv:3: x[0]: bag_of_words:x1 names no printed input (case:input)" \
-           in _problems(copy)
+    assert (
+        "inventory/003_attention_math_trick.csv:3: x[0]: bag_of_words:x1 names no printed input (case:input)"
+        in _problems(copy)
+    )

@@ -68,8 +68,11 @@ def test_the_other_cases_of_the_same_run_still_execute_and_pass():
     others = {i: str(r.status) for i, r in results.items() if i.split("/")[1] != "fine"}
     assert others.pop("recorded/unreviewed/c") == "passed"  # only lint reports what is unreviewed
     assert others.pop("pending/draft/c") == "pending"
-    for found_later in ("printed_shape/wrong_rows/c", "printed_dtype/computed_in_float64/c",
-                        "printed_dimensions/elided_flat/c"):
+    for found_later in (
+        "printed_shape/wrong_rows/c",
+        "printed_dtype/computed_in_float64/c",
+        "printed_dimensions/elided_flat/c",
+    ):
         assert others.pop(found_later) == "failed", found_later  # the check run finds it too, later
     # shapes that cannot go through the called function: the reference core raises too, so the
     # case's mistake (shape_through_call), never the implementation's
@@ -99,8 +102,10 @@ def test_check_exits_1_while_an_expectation_is_pending_and_counts_it(tmp_path):
     assert table[0].split() == ["document", "passed", "failed", "skipped", "errors", "pending"]
     assert table[1].split()[-5:] == ["1", "0", "0", "0", "1"]
     assert "draft/draft/c [pending]" in out.getvalue()
-    (tmp_path / "draft.yaml").write_text((CORPUS / "pending.yaml").read_text(encoding="utf-8")
-                                         .replace("            pending: true\n", ""), encoding="utf-8")
+    (tmp_path / "draft.yaml").write_text(
+        (CORPUS / "pending.yaml").read_text(encoding="utf-8").replace("            pending: true\n", ""),
+        encoding="utf-8",
+    )
     assert cli.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 0  # the mark removed: a passing check
 
 
@@ -112,8 +117,13 @@ def test_every_yaml_entry_of_a_folder_is_loaded_or_fails_with_its_reason_never_s
     (tmp_path / "device.yaml").symlink_to("/dev/zero")
     os.mkfifo(tmp_path / "fifo.yaml")  # read, it would block: refused unopened
     (tmp_path / ".hidden.yaml").symlink_to(tmp_path / "nowhere.yaml")  # an editor's lock: left alone
-    reasons = {"dangling": "a link that leads nowhere", "loop": "a link loop", "folder": "it is a folder",
-               "device": "it is a device", "fifo": "it is a FIFO"}
+    reasons = {
+        "dangling": "a link that leads nowhere",
+        "loop": "a link loop",
+        "folder": "it is a folder",
+        "device": "it is a device",
+        "fifo": "it is a FIFO",
+    }
     status, lines = _lint(tmp_path)
     assert status == 1 and lines[-1] == f"{len(reasons) + 1} errors, 0 warnings"
     for name, reason in reasons.items():

@@ -35,14 +35,20 @@ def test_a_moodle_grading_worksheet_is_read_as_the_roster():
     assert roster.ids == ["301", "302", "303"] and roster.names == ["Jane Smith", "John Doe", "Ann Lee"]
 
 
-@pytest.mark.parametrize(("name", "owner"), [
-    ("smithjane_12345_777_attention.py", lms.Owner(lms.CANVAS, "12345", "smithjane", False, "attention.py")),
-    ("doejohn_late_12346_778_attention.py", lms.Owner(lms.CANVAS, "12346", "doejohn", True, "attention.py")),
-    ("Jane Smith_301_assignsubmission_file_attention.py",
-     lms.Owner(lms.MOODLE, "301", "Jane Smith", False, "attention.py")),
-    ("Jane Smith_301_assignsubmission_file_", lms.Owner(lms.MOODLE, "301", "Jane Smith", False, "")),
-    ("attention.py", None), ("alice_2024.py", None),
-])
+@pytest.mark.parametrize(
+    ("name", "owner"),
+    [
+        ("smithjane_12345_777_attention.py", lms.Owner(lms.CANVAS, "12345", "smithjane", False, "attention.py")),
+        ("doejohn_late_12346_778_attention.py", lms.Owner(lms.CANVAS, "12346", "doejohn", True, "attention.py")),
+        (
+            "Jane Smith_301_assignsubmission_file_attention.py",
+            lms.Owner(lms.MOODLE, "301", "Jane Smith", False, "attention.py"),
+        ),
+        ("Jane Smith_301_assignsubmission_file_", lms.Owner(lms.MOODLE, "301", "Jane Smith", False, "")),
+        ("attention.py", None),
+        ("alice_2024.py", None),
+    ],
+)
 def test_a_bulk_download_s_file_name_says_whose_it_is(name, owner):
     assert lms.owner_of(name) == owner
 
@@ -50,9 +56,25 @@ def test_a_bulk_download_s_file_name_says_whose_it_is(name, owner):
 def test_a_file_that_is_no_roster_is_refused_with_one_line_before_anything_is_graded(tmp_path):
     (tmp_path / "roster.csv").write_text("name,score\nalice,3\n")
     (tmp_path / "s.py").write_text(CORRECT)
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
-                          str(tmp_path / "s.py"), "--out", str(tmp_path / "out"), "--roster", str(tmp_path / "roster.csv")],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            "--assignment",
+            str(HEAD),
+            str(tmp_path / "s.py"),
+            "--out",
+            str(tmp_path / "out"),
+            "--roster",
+            str(tmp_path / "roster.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert "neither a Canvas gradebook export" in run.stderr and "roster.csv" in run.stderr
     assert not (tmp_path / "out" / "s").exists()
@@ -66,16 +88,34 @@ def test_a_canvas_batch_gets_a_roster_with_who_did_not_submit_and_the_grades_in_
     (subs / "doejohn_late_12346_778_attention.py").write_text(UNSCALED)
     (subs / "stranger.py").write_text(CORRECT)
     out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
-                          *(f"subs/{p.name}" for p in sorted(subs.iterdir())), "--out", str(out),
-                          "--roster", str(SAMPLES / "canvas_gradebook.csv")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            "--assignment",
+            str(HEAD),
+            *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
+            "--out",
+            str(out),
+            "--roster",
+            str(SAMPLES / "canvas_gradebook.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     table = _rows(out / "roster.csv")
     assert table[0] == ["student_id", "name", "submission", "score", "max_score", "status"]
     jane, john, ann, stranger = table[1:]
-    assert jane[:3] == ["12345", "Smith, Jane", "subs/smithjane_12345_777_attention"] and jane[3] == jane[4] and \
-        jane[5] == "graded"
+    assert (
+        jane[:3] == ["12345", "Smith, Jane", "subs/smithjane_12345_777_attention"]
+        and jane[3] == jane[4]
+        and jane[5] == "graded"
+    )
     assert john[5] == "graded, late" and float(john[3]) < float(john[4])
     assert ann == ["12347", "Lee, Ann", "", "", "", "not submitted"]
     assert stranger[2] == "subs/stranger" and stranger[5] == "matches no student"
@@ -97,15 +137,32 @@ def test_a_moodle_batch_gathers_a_student_s_files_and_fills_the_grading_workshee
     subs.mkdir()
     helper, head = CORRECT.split("class Head", 1)
     (subs / "Jane Smith_301_assignsubmission_file_helpers.py").write_text(
-        "import torch\n\ndef scale(k):\n    return k.shape[-1] ** 0.5\n")
+        "import torch\n\ndef scale(k):\n    return k.shape[-1] ** 0.5\n"
+    )
     (subs / "Jane Smith_301_assignsubmission_file_attention.py").write_text(
-        helper + "from helpers import scale\n\n\nclass Head" + head.replace("/ k.shape[-1] ** 0.5", "/ scale(k)"))
+        helper + "from helpers import scale\n\n\nclass Head" + head.replace("/ k.shape[-1] ** 0.5", "/ scale(k)")
+    )
     (subs / "John Doe_302_assignsubmission_file_attention.py").write_text(UNSCALED)
     out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD),
-                          *(f"subs/{p.name}" for p in sorted(subs.iterdir())), "--out", str(out),
-                          "--roster", str(SAMPLES / "moodle_worksheet.csv")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            "--assignment",
+            str(HEAD),
+            *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
+            "--out",
+            str(out),
+            "--roster",
+            str(SAMPLES / "moodle_worksheet.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     table = {row[0]: row for row in _rows(out / "roster.csv")[1:]}
     assert table["301"][5] == "graded" and table["301"][3] == table["301"][4]  # two files, one submission, full
@@ -118,6 +175,8 @@ def test_a_moodle_batch_gathers_a_student_s_files_and_fills_the_grading_workshee
     grade, feedback = header.index("Grade"), header.index("Feedback comments")
     assert rows["Participant 301"][grade] == table["301"][3]
     assert rows["Participant 302"][grade] == table["302"][3] and "points" in rows["Participant 302"][feedback]
-    assert "Named mistakes: the scores are not scaled by the square root of the dimension" in \
-        rows["Participant 302"][feedback]
+    assert (
+        "Named mistakes: the scores are not scaled by the square root of the dimension"
+        in rows["Participant 302"][feedback]
+    )
     assert rows["Participant 303"][grade] == "" and rows["Participant 303"][feedback] == ""

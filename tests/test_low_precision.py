@@ -13,9 +13,11 @@ import torch
 
 from attention_core.harness.checking import calls, runner, tolerance, torch_route
 
+
 def _call(item, scope, functions, device, dtype):
-    outputs = calls.call(item.check, item.check.expr, scope, functions, device, item.case,
-                           reference=runner.REFERENCE, dtype=dtype)
+    outputs = calls.call(
+        item.check, item.check.expr, scope, functions, device, item.case, reference=runner.REFERENCE, dtype=dtype
+    )
     return {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
 
 
@@ -50,8 +52,10 @@ def test_low_precision_matches_float64_golden(graded_check, low_dtype, device):
     ours = _call(graded_check, scope, runner.REFERENCE, device, low_dtype)
     assert ours.keys() == golden.keys()
     if not any(v.dtype == low_dtype for v in ours.values()):
-        pytest.skip(f"no output in {low_dtype} (`{graded_check.check.expr.source}` returns "
-                    f"{', '.join(sorted({str(v.dtype) for v in ours.values()}))})")
+        pytest.skip(
+            f"no output in {low_dtype} (`{graded_check.check.expr.source}` returns "
+            f"{', '.join(sorted({str(v.dtype) for v in ours.values()}))})"
+        )
     for name, expected in golden.items():
         if not expected.is_floating_point():
             assert torch.equal(ours[name].cpu(), expected), name
@@ -60,18 +64,23 @@ def test_low_precision_matches_float64_golden(graded_check, low_dtype, device):
         plain_error = _max_error(plain[name], expected)
         allowed = tolerance.low_precision_allowance(plain_error, expected, low_dtype)
         error = _max_error(ours[name], expected)
-        assert error <= allowed, (f"{graded_check.id} {name} in {low_dtype}: error {error:.3g} against the float64 "
-                                  f"golden exceeds {allowed:.3g} ({tolerance.LOW_PRECISION_K} x plain torch's "
-                                  f"{plain_error:.3g} + one ulp)")
+        assert error <= allowed, (
+            f"{graded_check.id} {name} in {low_dtype}: error {error:.3g} against the float64 "
+            f"golden exceeds {allowed:.3g} ({tolerance.LOW_PRECISION_K} x plain torch's "
+            f"{plain_error:.3g} + one ulp)"
+        )
 
 
 def test_the_bound_catches_a_real_mistake_in_low_precision():
-    item = next(i for i in runner.collect(runner.default_cases_folder())
-                if i.id == "001_self_attention/four_by_four/softmax")
+    item = next(
+        i for i in runner.collect(runner.default_cases_folder()) if i.id == "001_self_attention/four_by_four/softmax"
+    )
     scope = runner.materialise(item.case, dtype=torch.bfloat16)
     golden = _call(item, {k: v.double() for k, v in scope.items()}, torch_route.FUNCTIONS, "cpu", torch.float64)["out"]
     plain = _call(item, scope, torch_route.FUNCTIONS, "cpu", torch.bfloat16)["out"]
-    wrong = _call(item, scope, {**runner.REFERENCE, "softmax": lambda x, dim=-1: torch.softmax(x, dim=0)}, "cpu",
-                  torch.bfloat16)["out"]
-    assert _max_error(wrong, golden) > tolerance.low_precision_allowance(_max_error(plain, golden), golden,
-                                                                         torch.bfloat16)
+    wrong = _call(
+        item, scope, {**runner.REFERENCE, "softmax": lambda x, dim=-1: torch.softmax(x, dim=0)}, "cpu", torch.bfloat16
+    )["out"]
+    assert _max_error(wrong, golden) > tolerance.low_precision_allowance(
+        _max_error(plain, golden), golden, torch.bfloat16
+    )

@@ -38,25 +38,54 @@ HOSTILE = {
     # 9**10 leaves behind a few lines: refused while reading, at the innermost value past the limit.
     "bomb_dtype": (_bomb(10, "    dtype: *l9\n"), "invalid", "8:5", "YAML aliases expand this value to more than"),
     "bomb_seed": (_bomb(10, "    seed: *l9\n"), "invalid", "8:5", "YAML aliases expand this value to more than"),
-    "bomb_size": (_bomb(10, "    seed: 1\n    inputs: {x: {randn: *l9}}\n"), "invalid", "8:5",
-                  "YAML aliases expand this value to more than"),
-    "bomb_rtol": (_bomb(10, "    checks: [{id: c, expr: 'ones(1)', expect: {out: {values: 1, rtol: *l9, atol: 0}}}]\n"
-                        ).replace(_CHECK, ""), "invalid", "8:5", "YAML aliases expand this value to more than"),
+    "bomb_size": (
+        _bomb(10, "    seed: 1\n    inputs: {x: {randn: *l9}}\n"),
+        "invalid",
+        "8:5",
+        "YAML aliases expand this value to more than",
+    ),
+    "bomb_rtol": (
+        _bomb(10, "    checks: [{id: c, expr: 'ones(1)', expect: {out: {values: 1, rtol: *l9, atol: 0}}}]\n").replace(
+            _CHECK, ""
+        ),
+        "invalid",
+        "8:5",
+        "YAML aliases expand this value to more than",
+    ),
     # 9**5 leaves: within the limit, so the seed's own check refuses it, quoting it short.
-    "bomb_small": (_case("- id: c\n  seed: [&l0 [" + ", ".join(["1"] * 9) + "]"
-                         + "".join(f", &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 5))
-                         + "]\n" + _CHECK[2:]), "c/invalid", "4:11", "seed must be a whole number"),
+    "bomb_small": (
+        _case(
+            "- id: c\n  seed: [&l0 ["
+            + ", ".join(["1"] * 9)
+            + "]"
+            + "".join(f", &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 5))
+            + "]\n"
+            + _CHECK[2:]
+        ),
+        "c/invalid",
+        "4:11",
+        "seed must be a whole number",
+    ),
     "int_tag": (_case("- id: c\n  seed: !!int abc\n" + _CHECK[2:]), "invalid", "4:11", "cannot read 'abc' as !!int"),
-    "float_tag": (_case("- id: c\n  checks: [{id: c, expr: 'ones(1)', expect: {out: !!float abc}}]\n"),
-                  "invalid", "4:53", "cannot read 'abc' as !!float"),
+    "float_tag": (
+        _case("- id: c\n  checks: [{id: c, expr: 'ones(1)', expect: {out: !!float abc}}]\n"),
+        "invalid",
+        "4:53",
+        "cannot read 'abc' as !!float",
+    ),
     # YAML 1.2 reads 0x_ as text, which the seed refuses at its own line.
     "hex": (_case("- id: c\n  seed: 0x_\n" + _CHECK[2:]), "c/invalid", "4:11", "seed must be a whole number"),
     "sexagesimal": (_case("- id: c\n  points: 1:30\n" + _CHECK[2:]), "c/invalid", "4:13", "points must be a finite"),
     "custom_tag": (_case("- id: c\n  note: !foo bar\n" + _CHECK[2:]), "invalid", "4:11", "unknown YAML tag '!foo'"),
     "syntax": (_case("- id: c\n  checks: [{id: c, expr: a\n"), "invalid", "5:1", "YAML syntax error"),
-    "not_utf8": (_case("- id: c\n  note: caf\xe9\n" + _CHECK[2:]).encode("latin-1"), "invalid", "4:14",
-                 "not UTF-8 text: byte 0xe9"),
-    "tensor_text": (_case("""\
+    "not_utf8": (
+        _case("- id: c\n  note: caf\xe9\n" + _CHECK[2:]).encode("latin-1"),
+        "invalid",
+        "4:14",
+        "not UTF-8 text: byte 0xe9",
+    ),
+    "tensor_text": (
+        _case("""\
         - id: c
           inputs: {a: [1.0, 2.0]}
           checks:
@@ -66,14 +95,33 @@ HOSTILE = {
                 out: |
                   tensor([1.0000,
                           2.0x00])
-        """), "c/invalid", "11:24", "expectation for 'out'"),
-    "expr_column": (_case("- id: c\n  inputs: {a: [1.0]}\n  checks: [{id: c, expr: 'a + lambda: 1', expect: {out: [1.0]}}]\n"),
-                    "c/invalid", "5:33", "expr `a + lambda: 1`"),
-    "huge_size": (_case("- id: c\n  seed: 1\n  inputs: {x: {randn: [0, 9223372036854775808]}}\n" + _CHECK[2:]),
-                  "c/invalid", "5:25", "size must be a list of whole numbers from 0 to 2**31 - 1"),
-    "draws_budget": (_case("- id: c\n  seed: 1\n  inputs:\n    x: {randn: [4096, 8192]}\n    y: {rand: [4096, 8192]}\n"
-                           + _CHECK[2:]), "c/invalid", "7:10", "the budget is 33554432 elements"),
-    "expr_budget": (_case("""\
+        """),
+        "c/invalid",
+        "11:24",
+        "expectation for 'out'",
+    ),
+    "expr_column": (
+        _case("- id: c\n  inputs: {a: [1.0]}\n  checks: [{id: c, expr: 'a + lambda: 1', expect: {out: [1.0]}}]\n"),
+        "c/invalid",
+        "5:33",
+        "expr `a + lambda: 1`",
+    ),
+    "huge_size": (
+        _case("- id: c\n  seed: 1\n  inputs: {x: {randn: [0, 9223372036854775808]}}\n" + _CHECK[2:]),
+        "c/invalid",
+        "5:25",
+        "size must be a list of whole numbers from 0 to 2**31 - 1",
+    ),
+    "draws_budget": (
+        _case(
+            "- id: c\n  seed: 1\n  inputs:\n    x: {randn: [4096, 8192]}\n    y: {rand: [4096, 8192]}\n" + _CHECK[2:]
+        ),
+        "c/invalid",
+        "7:10",
+        "the budget is 33554432 elements",
+    ),
+    "expr_budget": (
+        _case("""\
         - id: c
           dtype: float64
           inputs:
@@ -81,10 +129,18 @@ HOSTILE = {
             b: {expr: "ones(2048, 8192)"}
             d: {expr: "ones(2048, 8192)"}
           checks: [{id: c, expr: a, expect: {out: "torch.Size([2048, 8192])"}}]
-        """), "c/c", "9", "input 'd' (line 8): `ones(2048, 8192)` refused: would create 16777216 more elements, "
-                          "50331648 in all; the budget is 33554432"),
-    "ansi_expr": (_case("- id: c\n  inputs: {a: [1.0]}\n  checks: [{id: c, expr: \"a\\e[2J\", expect: {out: [1.0]}}]\n"),
-                  "c/invalid", "5:30", "\\x1b"),
+        """),
+        "c/c",
+        "9",
+        "input 'd' (line 8): `ones(2048, 8192)` refused: would create 16777216 more elements, "
+        "50331648 in all; the budget is 33554432",
+    ),
+    "ansi_expr": (
+        _case('- id: c\n  inputs: {a: [1.0]}\n  checks: [{id: c, expr: "a\\e[2J", expect: {out: [1.0]}}]\n'),
+        "c/invalid",
+        "5:30",
+        "\\x1b",
+    ),
 }
 VALID = {
     # A date is text; a merge key's mapping gives way to the keys beside it; a title is shown escaped.
@@ -99,7 +155,7 @@ VALID = {
               expr: a * 3
               expect: {out: [[3, 6], [9, 12]]}
         """),
-    "ansi_title": "document: {title: \"\\e[2J\\e[HAll passed\"}\ncases:\n  - id: c\n" + _CHECK,
+    "ansi_title": 'document: {title: "\\e[2J\\e[HAll passed"}\ncases:\n  - id: c\n' + _CHECK,
     "ansi\x1b[2Jname": _case("- id: c\n" + _CHECK[2:]),  # a file name, shown escaped too
 }
 
@@ -127,9 +183,13 @@ def _check_folder(folder, files):
         path = folder / f"{name}.yaml"
         path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text, encoding="utf-8")
     report = folder.parent / f"{folder.name}.json"
-    run = subprocess.run([sys.executable, "-c", _PROBE.format(limit=LIMIT_BYTES), str(folder), str(report)],
-                         capture_output=True, timeout=300, cwd=folder.parent,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(limit=LIMIT_BYTES), str(folder), str(report)],
+        capture_output=True,
+        timeout=300,
+        cwd=folder.parent,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     return run, json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
 
 
@@ -151,8 +211,14 @@ def test_the_folder_is_checked_within_the_limits_without_a_traceback(checked):
 def test_the_valid_neighbours_still_run_and_pass(checked):
     _, found = checked
     passed = {i: v[0] for i, v in found.items() if i.split("/")[0] in ("a_good", *VALID)}
-    assert passed == {"a_good/good/double": True, "date_note/c/c": True, "merge/c/one": True,
-                      "merge/c/two": True, "ansi_title/c/c": True, "ansi\x1b[2Jname/c/c": True}
+    assert passed == {
+        "a_good/good/double": True,
+        "date_note/c/c": True,
+        "merge/c/one": True,
+        "merge/c/two": True,
+        "ansi_title/c/c": True,
+        "ansi\x1b[2Jname/c/c": True,
+    }
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -169,18 +235,36 @@ def test_a_hostile_file_fails_alone_at_its_line_with_a_short_message(checked, na
 
 
 # Files whose every part is small but whose whole would take the run past its limits.
-_FLOOD = "".join(f"        \"x + {i}\": [0.0]\n" for i in range(2000))
+_FLOOD = "".join(f'        "x + {i}": [0.0]\n' for i in range(2000))
 LARGE = {
-    "deep_flow": ("document: {title: T}\ncases: " + "[" * 30000 + "]" * 30000 + "\n", "invalid", "2:107",
-                  "the YAML nests deeper than 100 levels"),
-    "deep_block": ("document: {title: T}\ncases:\n" + "- " * 30000 + "x\n", "invalid", "3:199",
-                   "the YAML nests deeper than 100 levels"),
-    "many_targets": (_case("- id: c\n  dtype: float64\n  inputs: {a: {expr: \"ones(4096, 4096)\"}}\n"
-                           "  checks:\n    - id: k\n      expr: a\n      expect:\n"
-                           + "".join(f"        \"a + {i}\": 1.0\n" for i in range(40))), "c/k", "7",
-                     "the budget is 33554432"),
-    "flood": (_case("- id: c\n  inputs: {x: [1.0]}\n  checks:\n    - id: k\n      expr: x\n      expect:\n" + _FLOOD),
-              "c/k", "6", "x + 0 (line 9): Values are not close!"),
+    "deep_flow": (
+        "document: {title: T}\ncases: " + "[" * 30000 + "]" * 30000 + "\n",
+        "invalid",
+        "2:107",
+        "the YAML nests deeper than 100 levels",
+    ),
+    "deep_block": (
+        "document: {title: T}\ncases:\n" + "- " * 30000 + "x\n",
+        "invalid",
+        "3:199",
+        "the YAML nests deeper than 100 levels",
+    ),
+    "many_targets": (
+        _case(
+            '- id: c\n  dtype: float64\n  inputs: {a: {expr: "ones(4096, 4096)"}}\n'
+            "  checks:\n    - id: k\n      expr: a\n      expect:\n"
+            + "".join(f'        "a + {i}": 1.0\n' for i in range(40))
+        ),
+        "c/k",
+        "7",
+        "the budget is 33554432",
+    ),
+    "flood": (
+        _case("- id: c\n  inputs: {x: [1.0]}\n  checks:\n    - id: k\n      expr: x\n      expect:\n" + _FLOOD),
+        "c/k",
+        "6",
+        "x + 0 (line 9): Values are not close!",
+    ),
 }
 
 

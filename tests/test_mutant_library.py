@@ -18,8 +18,9 @@ from attention_core.harness.checking import runner
 # transpose_for_2d_only uses k.T on batched tensors on purpose; torch warns that it is deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
 
-GRADED = [item for item in runner.collect(runner.default_cases_folder())
-          if item.error is None and item.check.kind == "call"]
+GRADED = [
+    item for item in runner.collect(runner.default_cases_folder()) if item.error is None and item.check.kind == "call"
+]
 BY_BREAKS = {breaks: [m for m in MUTANTS if m.breaks == breaks] for breaks in mutants.BREAKS}
 
 
@@ -41,15 +42,16 @@ DOCUMENTS = ("000_", "001_", "002_", "003_", "004_")
 
 @pytest.mark.parametrize("mutant", BY_BREAKS["values"], ids=ids)
 def test_a_values_mutant_fails_a_check_of_the_documents_themselves(mutant):
-    assert any(not result.passed for item, result in _checks(mutant) if item.file.name.startswith(DOCUMENTS)), \
+    assert any(not result.passed for item, result in _checks(mutant) if item.file.name.startswith(DOCUMENTS)), (
         f"{mutant.name}: no check of the documents catches it"
+    )
 
 
 @pytest.mark.parametrize("mutant", BY_BREAKS["gradient"] + BY_BREAKS["side effect"], ids=ids)
 def test_a_mutant_with_right_values_passes_every_shipped_check(mutant):
     checks = list(_checks(mutant))
     assert checks, f"{mutant.name}: no shipped check calls {sorted(mutant.functions)}"
-    for item, result in checks:
+    for _item, result in checks:
         assert result.passed, result.report
 
 
@@ -67,12 +69,16 @@ def _sample(name):
         "softmax": lambda: ((r(2, 3, 4),), {"dim": -1}),
         "causal_mask": lambda: ((5,), {}),
         "causal_average": lambda: ((r(2, 5, 3),), {}),
-        "attention": lambda: ((r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)),
-                              {"mask": torch.ones(3, 5, dtype=torch.bool).tril(2)}),  # every row attends somewhere
+        "attention": lambda: (
+            (r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)),
+            {"mask": torch.ones(3, 5, dtype=torch.bool).tril(2)},
+        ),  # every row attends somewhere
         "split_heads": lambda: ((r(2, 5, 6), 3), {}),
         "merge_heads": lambda: ((r(2, 3, 5, 2),), {}),
-        "multi_head_attention": lambda: ((r(2, 5, 6), r(6, 6), r(6, 6), r(6, 4), 2),
-                                         {"mask": torch.ones(5, 5, dtype=torch.bool).tril()}),
+        "multi_head_attention": lambda: (
+            (r(2, 5, 6), r(6, 6), r(6, 6), r(6, 4), 2),
+            {"mask": torch.ones(5, 5, dtype=torch.bool).tril()},
+        ),
         "layer_norm": lambda: ((r(2, 3, 4),), {}),
     }[name]()
 
@@ -124,8 +130,9 @@ def test_a_gradient_mutant_loses_or_breaks_the_gradient(mutant, front):
         expected = _gradients(reference.__dict__[name], name)
         assert all(g is not None for g in expected)
         actual = _gradients(FRONTS[front](mutant.name)[name], name)
-        assert any(a is None or not torch.allclose(a, e) for a, e in zip(actual, expected)), \
+        assert any(a is None or not torch.allclose(a, e) for a, e in zip(actual, expected)), (
             f"{mutant.name}: {name}'s gradient is right"
+        )
 
 
 def _changes_its_inputs(function, name):
@@ -182,17 +189,22 @@ def test_the_submission_source_imports_only_torch_and_math(mutant):
 def test_a_mutant_function_uses_only_torch_math_and_the_private_helpers():
     allowed = {"torch", "math"}
     for function in [f for m in MUTANTS for f in m.functions.values()] + mutants._helpers(
-            f for m in MUTANTS for f in m.functions.values()):
+        f for m in MUTANTS for f in m.functions.values()
+    ):
         codes = [function.__code__, *(c for c in function.__code__.co_consts if inspect.iscode(c))]
         used = {n for c in codes for n in c.co_names if n in vars(mutants)}
-        assert all(n in allowed or (n.startswith("_") and inspect.isfunction(vars(mutants)[n])) for n in used), \
-            (function.__name__, used)
+        assert all(n in allowed or (n.startswith("_") and inspect.isfunction(vars(mutants)[n])) for n in used), (
+            function.__name__,
+            used,
+        )
 
 
 def test_renaming_touches_names_only():
     source = 'def softmax(x):  # softmax\n    return reference.softmax(softmax, "softmax")\n'
-    assert mutants._renamed(source, {"softmax": "_s"}) == \
-        'def _s(x):  # softmax\n    return reference.softmax(_s, "softmax")\n'
+    assert (
+        mutants._renamed(source, {"softmax": "_s"})
+        == 'def _s(x):  # softmax\n    return reference.softmax(_s, "softmax")\n'
+    )
 
 
 # ---------------------------------------------------------------- the catalogue
@@ -206,13 +218,18 @@ def test_every_mutant_is_described_and_matches_the_spec_signatures():
             params = inspect.signature(function).parameters.values()
             wanted = spec.FUNCTIONS[name].params
             assert [p.name for p in params] == [p.name for p in wanted], (m.name, name)
-            assert [p.default for p in params] == [inspect.Parameter.empty if p.required else p.default
-                                                    for p in wanted], (m.name, name)
+            assert [p.default for p in params] == [
+                inspect.Parameter.empty if p.required else p.default for p in wanted
+            ], (m.name, name)
 
 
 def test_relevant_lists_the_mutants_that_change_a_function():
-    assert [m.name for m in relevant("softmax")] == ["softmax_wrong_axis", "softmax_without_max_subtraction",
-                                                       "tolist_round_trip", "softmax_as_log_softmax"]
+    assert [m.name for m in relevant("softmax")] == [
+        "softmax_wrong_axis",
+        "softmax_without_max_subtraction",
+        "tolist_round_trip",
+        "softmax_as_log_softmax",
+    ]
     assert relevant("no_such_function") == []
     for name in spec.NAMES:
         assert relevant(name), f"no mutant of {name}"
@@ -293,8 +310,11 @@ def test_a_function_built_on_a_wrong_one_of_the_students_is_sent_to_that_one():
     exec(inspect.getsource(reference), student)  # noqa: S102 (our own text)
     student["attention"] = inverted.functions["attention"]  # the student's module calls its own attention
     functions = {name: student[name] for name in spec.NAMES}
-    grades = [SimpleNamespace(item=item, result=runner.run(item, functions=functions), check_id=item.id, diagnosis="")
-              for item in GRADED if item.check.function in ("attention", "multi_head_attention", "split_heads")]
+    grades = [
+        SimpleNamespace(item=item, result=runner.run(item, functions=functions), check_id=item.id, diagnosis="")
+        for item in GRADED
+        if item.check.function in ("attention", "multi_head_attention", "split_heads")
+    ]
     diagnose.Diagnoser().explain(SimpleNamespace(grades=grades))
     by_function = {}
     for grade in grades:
@@ -302,5 +322,9 @@ def test_a_function_built_on_a_wrong_one_of_the_students_is_sent_to_that_one():
             by_function.setdefault(grade.item.check.function, []).append(grade.diagnosis)
     assert set(by_function) == {"attention", "multi_head_attention"}
     assert all(inverted.mistake in d for d in by_function["attention"])
-    assert all(d.startswith("Likely cause: `attention`, which the reference `multi_head_attention` calls, fails "
-                            "its own checks.") for d in by_function["multi_head_attention"]), by_function
+    assert all(
+        d.startswith(
+            "Likely cause: `attention`, which the reference `multi_head_attention` calls, fails its own checks."
+        )
+        for d in by_function["multi_head_attention"]
+    ), by_function

@@ -58,9 +58,14 @@ def test_cells_share_one_module_and_only_code_cells_run(load):
         new_markdown_cell("ignored_markdown = 1\n# Attention"),
         "def attention(x):\n    return helper(x) * 2",  # calls a helper a later cell defines
         new_raw_cell("ignored_raw = 1"),
-        new_code_cell("def helper(x):\n    return x + 1\n\nanswer = 41", execution_count=7,
-                      outputs=[new_output("execute_result", {"text/plain": "99"}, execution_count=7),
-                               new_output("stream", text="answer = 99\nhelper = None\n")]),
+        new_code_cell(
+            "def helper(x):\n    return x + 1\n\nanswer = 41",
+            execution_count=7,
+            outputs=[
+                new_output("execute_result", {"text/plain": "99"}, execution_count=7),
+                new_output("stream", text="answer = 99\nhelper = None\n"),
+            ],
+        ),
         "class Point:\n    def __init__(self, x):\n        self.x = x",
     )
     assert err == []
@@ -79,8 +84,10 @@ def test_a_cell_that_raises_is_reported_and_later_cells_still_run(load):
         "def deep():\n    return 1 / 0\n\nvalue = deep()",
         "def later():\n    return x + 1",
     )
-    assert err == ["notebook: cell 2, line 1: ModuleNotFoundError: No module named 'matplotlib_not_installed'",
-                   "notebook: cell 3, line 2: ZeroDivisionError: division by zero"]  # the deepest line in cell 3
+    assert err == [
+        "notebook: cell 2, line 1: ModuleNotFoundError: No module named 'matplotlib_not_installed'",
+        "notebook: cell 3, line 2: ZeroDivisionError: division by zero",
+    ]  # the deepest line in cell 3
     assert module.later() == 2
     assert not hasattr(module, "never") and not hasattr(module, "value")
 
@@ -120,7 +127,12 @@ def test_magics_and_shell_lines_are_skipped_with_notes(load):
         "notebook: cell 5, line 5: ValueError: line 5",  # the cell's own line numbers are kept
     ]
     assert (module.math.pi, module.after_pip(), module.timed(), module.after_if(), module.after_files()) == (
-        torch.pi, 1, 2, 3, 4)
+        torch.pi,
+        1,
+        2,
+        3,
+        4,
+    )
     assert not hasattr(module, "y") and not hasattr(module, "files")
     assert module.text == "\n!not a shell line\n%not a magic\n"  # inside a string: left as it is
     assert module.remainder == 1  # a continued line starting with % is the modulo
@@ -185,8 +197,12 @@ BREAKOUT = "\"); import os; os.system('echo pwned') #"
 
 
 def test_hostile_cell_text_is_only_ever_the_cells_own_code(load, tmp_path):
-    cells = (f'double = r"""{HOSTILE_DOUBLE}"""\nsingle = r\'\'\'{HOSTILE_SINGLE}\'\'\'\n# {BREAKOUT}\n',
-             BREAKOUT, "'''\n\"\"\"\n\\", "after = 1")
+    cells = (
+        f"double = r\"\"\"{HOSTILE_DOUBLE}\"\"\"\nsingle = r'''{HOSTILE_SINGLE}'''\n# {BREAKOUT}\n",
+        BREAKOUT,
+        "'''\n\"\"\"\n\\",
+        "after = 1",
+    )
     source = module_source(write_notebook(tmp_path, *cells))
     compile(source, "generated", "exec")
     module, err = load(*cells)
@@ -199,12 +215,24 @@ def test_hostile_cell_text_is_only_ever_the_cells_own_code(load, tmp_path):
 
 def test_is_notebook():
     assert [is_notebook(p) for p in ("a.ipynb", "b.IPyNB", "c.py", "ipynb", "d.ipynb.py")] == [
-        True, True, False, False, False]
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
-@pytest.mark.parametrize(("name", "stem"), [("student.ipynb", "student"), ("My Notebook (1).ipynb", "My_Notebook__1_"),
-                                            ("2-attention.ipynb", "notebook_2_attention"), ("class.ipynb", "class_"),
-                                            ("caf\u00e9.ipynb", "caf_")])
+@pytest.mark.parametrize(
+    ("name", "stem"),
+    [
+        ("student.ipynb", "student"),
+        ("My Notebook (1).ipynb", "My_Notebook__1_"),
+        ("2-attention.ipynb", "notebook_2_attention"),
+        ("class.ipynb", "class_"),
+        ("caf\u00e9.ipynb", "caf_"),
+    ],
+)
 def test_the_module_file_is_named_after_the_notebook(tmp_path, name, stem):
     written = write_module(write_notebook(tmp_path, "x = 1", name=name), tmp_path)
     assert written == tmp_path / f"{stem}.py"
@@ -270,21 +298,37 @@ def _missing(tmp_path, _):
     return tmp_path / "absent.ipynb"
 
 
-@pytest.mark.parametrize(("make", "problem"), [
-    (_too_large, "over the limit of 100"),
-    (_too_many_cells, "has 3 code cells, over the limit of 2"),
-    (_cell_too_long, "code cell 2 is 16 characters long, over the limit of 10"),
-    (_written(b'{"cells": [\n  {"cell_type": "code",,}]}'), "is not valid JSON: Expecting property name"),
-    (_written(b'{"a": 1}'), "is not a Jupyter notebook"),
-    (_written(b"[1, 2]"), "is not a Jupyter notebook"),
-    (_written(b"[" * 100_000), "is not a Jupyter notebook"),
-    (_written('{"cells": "caf\u00e9"}'.encode("latin-1")), "is not UTF-8 text"),
-    (_fifo, "is a FIFO"),
-    (_symlink, "is a symbolic link"),
-    (_folder, "is a folder"),
-    (_missing, "cannot be opened: No such file or directory"),
-], ids=["too-large", "too-many-cells", "cell-too-long", "invalid-json", "not-a-notebook", "a-list", "too-deep",
-        "not-utf8", "fifo", "symlink", "folder", "missing"])
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (_too_large, "over the limit of 100"),
+        (_too_many_cells, "has 3 code cells, over the limit of 2"),
+        (_cell_too_long, "code cell 2 is 16 characters long, over the limit of 10"),
+        (_written(b'{"cells": [\n  {"cell_type": "code",,}]}'), "is not valid JSON: Expecting property name"),
+        (_written(b'{"a": 1}'), "is not a Jupyter notebook"),
+        (_written(b"[1, 2]"), "is not a Jupyter notebook"),
+        (_written(b"[" * 100_000), "is not a Jupyter notebook"),
+        (_written('{"cells": "caf\u00e9"}'.encode("latin-1")), "is not UTF-8 text"),
+        (_fifo, "is a FIFO"),
+        (_symlink, "is a symbolic link"),
+        (_folder, "is a folder"),
+        (_missing, "cannot be opened: No such file or directory"),
+    ],
+    ids=[
+        "too-large",
+        "too-many-cells",
+        "cell-too-long",
+        "invalid-json",
+        "not-a-notebook",
+        "a-list",
+        "too-deep",
+        "not-utf8",
+        "fifo",
+        "symlink",
+        "folder",
+        "missing",
+    ],
+)
 def test_a_file_that_is_not_a_readable_notebook_is_refused(tmp_path, monkeypatch, no_hang, make, problem):
     path = make(tmp_path, monkeypatch)
     with pytest.raises(NotebookError) as info:
@@ -305,6 +349,8 @@ def test_a_file_name_that_is_not_printable_stays_on_one_line(tmp_path):
 
 def test_windows_line_endings_keep_the_line_numbers(load):
     module, err = load("!ls\r\nafter = 1\r\n\r\nraise ValueError('line 4')")
-    assert err == ["notebook: cell 1, line 1: skipped the IPython magic/shell line `!ls`",
-                   "notebook: cell 1, line 4: ValueError: line 4"]
+    assert err == [
+        "notebook: cell 1, line 1: skipped the IPython magic/shell line `!ls`",
+        "notebook: cell 1, line 4: ValueError: line 4",
+    ]
     assert module.after == 1

@@ -83,8 +83,9 @@ def project(course):
     shutil.copy(ROOT / "tests" / "test_cases.py", tests / "test_cases.py")
     shutil.copy(ROOT / "tests" / "test_low_precision.py", tests / "test_low_precision.py")
     (tests / "test_other.py").write_text(
-        "from pathlib import Path\n\nPath(__file__).with_name('imported').touch()\n\n\n"
-        "def test_other():\n    pass\n", encoding="utf-8")
+        "from pathlib import Path\n\nPath(__file__).with_name('imported').touch()\n\n\ndef test_other():\n    pass\n",
+        encoding="utf-8",
+    )
     return course
 
 
@@ -98,8 +99,12 @@ def _outcomes(passed_on_cpu, per_device):
 def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(course, monkeypatch):
     result = course.runpytest_subprocess("--cases", "checks", "-v", "-rs")
     result.assert_outcomes(**_outcomes(2, 1))
-    result.stdout.fnmatch_lines(["*test_course.py::test_the_course_own_test PASSED*",
-                                 "*attention_core/harness/plugin/case_checks.py::test_case[[]repro/lin/attn-cpu] PASSED*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_course.py::test_the_course_own_test PASSED*",
+            "*attention_core/harness/plugin/case_checks.py::test_case[[]repro/lin/attn-cpu] PASSED*",
+        ]
+    )
     if not CUDA:
         result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *: {NO_CUDA}"])
     # No snapshot is compared, and syrupy has nothing to say (no "unused detection is disabled").
@@ -115,24 +120,33 @@ def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(cour
 def test_snapshot_update_is_refused_for_another_folder(course):
     result = course.runpytest_subprocess("--cases", "checks", "--snapshot-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--snapshot-update with --cases *checks: snapshots are written only for a "
-                                 "project's own cases/*refusing to rewrite them"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--snapshot-update with --cases *checks: snapshots are written only for a "
+            "project's own cases/*refusing to rewrite them"
+        ]
+    )
 
 
 def test_case_marker_imports_only_the_case_module_and_a_missing_snapshot_says_how_to_write_it(project):
     (project.path / "tests" / "__snapshots__" / "test_cases").rmdir()
     result = project.runpytest_subprocess("--cases", "cases", "-m", "case", "-v")
     result.assert_outcomes(failed=2 if CUDA else 1, skipped=0 if CUDA else 1)
-    result.stdout.fnmatch_lines(["*tests/test_cases.py::test_case[[]demo/demo/double-cpu] FAILED*",
-                                 "*Snapshot 'demo.demo.double' does not exist!",
-                                 "*write it with `python -m pytest -m case --snapshot-update`*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*tests/test_cases.py::test_case[[]demo/demo/double-cpu] FAILED*",
+            "*Snapshot 'demo.demo.double' does not exist!",
+            "*write it with `python -m pytest -m case --snapshot-update`*",
+        ]
+    )
     assert "case_checks.py::" not in result.stdout.str()  # collected once, from tests/test_cases.py
     assert not (project.path / "tests" / "imported").exists()
 
 
 def test_another_folder_runs_the_whole_suite_and_leaves_the_projects_snapshots_alone(project, tmp_path_factory):
     (project.path / "tests" / "__snapshots__" / "test_cases" / "demo.demo.double.txt").write_text(
-        SNAPSHOT, encoding="utf-8")
+        SNAPSHOT, encoding="utf-8"
+    )
     # Outside the project, and as two words: pytest takes its rootdir from that folder.
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     shutil.copytree(project.path / "checks", elsewhere / "checks")

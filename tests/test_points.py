@@ -38,13 +38,13 @@ cases:
 SOURCES = {
     "right": "",
     "no_weights": "\n_a = attention\n\ndef attention(q, k, v, mask=None, scale=None):\n"
-                  "    return _a(q, k, v, mask, scale)[0]\n",
+    "    return _a(q, k, v, mask, scale)[0]\n",
     "wrong_weights": "\n_a = attention\n\ndef attention(q, k, v, mask=None, scale=None):\n"
-                     "    output, weights = _a(q, k, v, mask, scale)\n    return output, weights * 2\n",
+    "    output, weights = _a(q, k, v, mask, scale)\n    return output, weights * 2\n",
     "wrong_values": "\n_a = attention\n\ndef attention(q, k, v, mask=None, scale=None):\n"
-                    "    output, weights = _a(q, k, v, mask, scale)\n    return output + 1, weights\n",
+    "    output, weights = _a(q, k, v, mask, scale)\n    return output + 1, weights\n",
     "detached": "\n_a = attention\n\ndef attention(q, k, v, mask=None, scale=None):\n"
-                "    output, weights = _a(q, k, v, mask, scale)\n    return output.detach(), weights.detach()\n",
+    "    output, weights = _a(q, k, v, mask, scale)\n    return output.detach(), weights.detach()\n",
 }
 
 
@@ -67,8 +67,12 @@ def _scores(grades):
 
 
 def test_1_a_check_that_meets_every_expectation_earns_its_points(graded):
-    assert _scores(graded["right"]) == {"p/c/both": (1, 1), "p/c/both/backward": (1, 1),
-                                        "p/c/output_only": (1, 1), "p/c/output_only/backward": (1, 1)}
+    assert _scores(graded["right"]) == {
+        "p/c/both": (1, 1),
+        "p/c/both/backward": (1, 1),
+        "p/c/output_only": (1, 1),
+        "p/c/output_only/backward": (1, 1),
+    }
 
 
 def test_2_wrong_values_are_charged_once_for_the_check_and_its_gradients(graded):
@@ -80,8 +84,12 @@ def test_2_wrong_values_are_charged_once_for_the_check_and_its_gradients(graded)
 
 
 def test_3_a_mistake_in_gradients_alone_is_charged_to_the_backward_checks(graded):
-    assert _scores(graded["detached"]) == {"p/c/both": (1, 1), "p/c/both/backward": (0, 1),
-                                           "p/c/output_only": (1, 1), "p/c/output_only/backward": (0, 1)}
+    assert _scores(graded["detached"]) == {
+        "p/c/both": (1, 1),
+        "p/c/both/backward": (0, 1),
+        "p/c/output_only": (1, 1),
+        "p/c/output_only/backward": (0, 1),
+    }
 
 
 def test_4_each_result_earns_its_share_and_a_missing_one_costs_only_its_own(graded):

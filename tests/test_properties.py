@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from attention_core import reference
-from attention_core.harness.reading import assignment
 from attention_core.grading import client, properties
 from attention_core.grading.grader import Grader
 from attention_core.harness.checking import runner
+from attention_core.harness.reading import assignment
 from attention_core.harness.reading.settings import PROPERTY_KINDS, SettingsError, read_settings
 from tests.implementations import STYLES
 from tests.outputs import folder
@@ -44,8 +44,11 @@ def _builtin_probes():
 
 def _broken(functions):
     """probe id -> message, for the properties ``functions`` (the reference's, some replaced) break."""
-    return {pid: message for pid, (_, message) in
-            properties.evaluate(_builtin_probes(), {**REFERENCE, **functions}).items() if message}
+    return {
+        pid: message
+        for pid, (_, message) in properties.evaluate(_builtin_probes(), {**REFERENCE, **functions}).items()
+        if message
+    }
 
 
 def test_the_built_in_spec_gets_every_property_it_declares_and_its_reference_holds_them():
@@ -131,20 +134,24 @@ def _layer_norm_unbiased(x, eps=1e-5):
     return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps)
 
 
-@pytest.mark.parametrize(("mistake", "broken"), [
-    ({"softmax": _softmax_dim0}, "softmax/rows_sum_to_one"),
-    ({"softmax": _naive_softmax}, "softmax/large_inputs"),
-    ({"attention": _attention_mask_inverted}, "attention/causal"),
-    ({"attention": _attention_masked_after_softmax}, "attention/rows_sum_to_one"),
-    ({"attention": _attention_dropout_left_on}, "attention/deterministic"),
-    ({"attention": _attention_scaled_over_batch}, "attention/batched"),
-    ({"causal_average": _average_over_all}, "causal_average/constant"),
-    ({"split_heads": _split_without_transpose}, "split_heads/split_merge"),
-    ({"merge_heads": _merge_wrong_order}, "merge_heads/permutation_rows"),
-    ({"multi_head_attention": _mha_transposed_projection}, "multi_head_attention/one_head"),
-    ({"layer_norm": _layer_norm_whole_tensor}, "layer_norm/batched"),
-    ({"layer_norm": _layer_norm_unbiased}, "layer_norm/moments"),
-], ids=lambda v: v if isinstance(v, str) else next(iter(v.values())).__name__)
+@pytest.mark.parametrize(
+    ("mistake", "broken"),
+    [
+        ({"softmax": _softmax_dim0}, "softmax/rows_sum_to_one"),
+        ({"softmax": _naive_softmax}, "softmax/large_inputs"),
+        ({"attention": _attention_mask_inverted}, "attention/causal"),
+        ({"attention": _attention_masked_after_softmax}, "attention/rows_sum_to_one"),
+        ({"attention": _attention_dropout_left_on}, "attention/deterministic"),
+        ({"attention": _attention_scaled_over_batch}, "attention/batched"),
+        ({"causal_average": _average_over_all}, "causal_average/constant"),
+        ({"split_heads": _split_without_transpose}, "split_heads/split_merge"),
+        ({"merge_heads": _merge_wrong_order}, "merge_heads/permutation_rows"),
+        ({"multi_head_attention": _mha_transposed_projection}, "multi_head_attention/one_head"),
+        ({"layer_norm": _layer_norm_whole_tensor}, "layer_norm/batched"),
+        ({"layer_norm": _layer_norm_unbiased}, "layer_norm/moments"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else next(iter(v.values())).__name__,
+)
 def test_a_mistake_breaks_the_property_that_names_it_and_no_property_of_another_function(mistake, broken):
     found = _broken(mistake)
     assert f"properties/{broken}" in found, found
@@ -169,9 +176,11 @@ def test_the_inputs_are_the_same_for_every_student_and_every_regrade():
 
 
 @pytest.mark.grading
-def test_a_submission_s_property_calls_go_out_in_one_round_trip_and_a_second_for_split_then_merge(tmp_path,
-                                                                                                 monkeypatch):
+def test_a_submission_s_property_calls_go_out_in_one_round_trip_and_a_second_for_split_then_merge(
+    tmp_path, monkeypatch
+):
     import inspect  # noqa: PLC0415
+
     (tmp_path / "s.py").write_text(inspect.getsource(reference), encoding="utf-8")
     trips = []
     original = client.Submission.call_all
@@ -199,18 +208,25 @@ def _teacher(tmp_path, settings=""):
 
 def test_a_teacher_s_class_gets_every_property_its_reference_holds(tmp_path):
     _, found = _teacher(tmp_path)
-    assert set(found) == {"properties/Head/causal", "properties/Head/batched", "properties/Head/large_inputs",
-                          "properties/Head/deterministic"}
+    assert set(found) == {
+        "properties/Head/causal",
+        "properties/Head/batched",
+        "properties/Head/large_inputs",
+        "properties/Head/deterministic",
+    }
     assert all(p.points == 0.0 for p in found.values())  # the teacher gave no points: feedback, worth nothing
     _, given = _teacher(tmp_path / "given", "property_points: 1.5\n")
     assert set(given) == set(found) and all(p.points == 1.5 for p in given.values())
 
 
 def test_a_teacher_lists_a_name_s_properties_reweighs_one_or_switches_them_off(tmp_path):
-    _, found = _teacher(tmp_path, "properties:\n  Head: [causal, batched]\nchecks:\n"
-                                  "  properties/Head/causal: {points: 3}\n")
-    assert {pid: p.points for pid, p in found.items()} == {"properties/Head/causal": 3.0,
-                                                           "properties/Head/batched": 0.0}
+    _, found = _teacher(
+        tmp_path, "properties:\n  Head: [causal, batched]\nchecks:\n  properties/Head/causal: {points: 3}\n"
+    )
+    assert {pid: p.points for pid, p in found.items()} == {
+        "properties/Head/causal": 3.0,
+        "properties/Head/batched": 0.0,
+    }
     assert _teacher(tmp_path / "b", "properties:\n  Head: []\n")[1] == {}
     assert _teacher(tmp_path / "c", "property_points: 0\n")[1] == {}
     chosen, _ = _teacher(tmp_path / "d", "checks:\n  properties/Head/causal: {points: 2}\n")
@@ -227,9 +243,25 @@ def test_an_unknown_property_in_assignment_yaml_is_refused_at_its_line(tmp_path)
 @pytest.mark.grading
 def test_the_book_s_mask_after_softmax_breaks_causality_and_its_right_classes_hold_every_property(tmp_path):
     out = tmp_path / "o"
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", "--assignment", str(BOOK),
-                          *map(str, sorted((BOOK / "submissions").iterdir())), "--out", str(out), "--jobs", "2"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            "--assignment",
+            str(BOOK),
+            *map(str, sorted((BOOK / "submissions").iterdir())),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     for name in ("reordered", "notebook", "mask_after_softmax"):
         tests = json.loads((folder(out, name) / "results.json").read_text())["tests"]

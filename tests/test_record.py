@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 from attention_core import cli
 from attention_core.harness.checking import runner, torch_route
+from attention_core.harness.checking.results import Status
 from attention_core.harness.reading import yaml_lines
 from attention_core.harness.reading.cases import load_file
-from attention_core.harness.checking.results import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "cases" / "case-file.schema.json").read_text(encoding="utf-8"))
@@ -67,8 +67,12 @@ def _run(*argv):
 
 
 def _expectations(path):
-    return {(case.id, check.id, e.target): e for case in load_file(path).cases for check in case.checks
-            for e in check.expectations}
+    return {
+        (case.id, check.id, e.target): e
+        for case in load_file(path).cases
+        for check in case.checks
+        for e in check.expectations
+    }
 
 
 def test_record_writes_torch_routes_values_as_printed_and_keeps_the_rest_of_the_file(tmp_path):
@@ -81,15 +85,20 @@ def test_record_writes_torch_routes_values_as_printed_and_keeps_the_rest_of_the_
     weights = F.softmax(q @ q.T / 2.0, dim=-1)  # 1/sqrt(d_k), d_k = 4
     found = _expectations(path)
     how = "torch's functions in float64, cast to float32"
-    for key, value in {("rows", "softmax", "out"): F.softmax(x, dim=-1), ("rows", "softmax", "out.sum(-1)"):
-                       F.softmax(x, dim=-1).sum(-1), ("rows", "attention", "weights"): weights,
-                       ("other", "tripled", "out"): x.new_tensor([3.0, 6.0])}.items():
+    for key, value in {
+        ("rows", "softmax", "out"): F.softmax(x, dim=-1),
+        ("rows", "softmax", "out.sum(-1)"): F.softmax(x, dim=-1).sum(-1),
+        ("rows", "attention", "weights"): weights,
+        ("other", "tripled", "out"): x.new_tensor([3.0, 6.0]),
+    }.items():
         assert found[key].recorded == how
         assert found[key].printed.values.tolist() == [float(f"{v:.4f}") for v in value.float().flatten().tolist()]
     assert "tensor([[0.0900, 0.2447, 0.6652]," in path.read_text(encoding="utf-8")  # torch's own print
     # Every line of the file before is still there, in order: the round trip only added lines.
     before, after = CASE.splitlines(), path.read_text(encoding="utf-8").splitlines()
-    opcodes = [op for op in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes() if op[0] != "equal"]
+    opcodes = [
+        op for op in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes() if op[0] != "equal"
+    ]
     assert {op[0] for op in opcodes} == {"insert"}, opcodes
 
 
@@ -121,6 +130,7 @@ def test_record_fills_one_case_when_asked_and_says_which_cases_there_are(tmp_pat
 def test_without_the_torch_route_the_reference_core_records_with_a_mark_saying_so(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise NotImplementedError("no route")
+
     monkeypatch.setitem(torch_route.FUNCTIONS, "softmax", refuse)
     path = tmp_path / "recorded.yaml"
     path.write_text(CASE, encoding="utf-8")
@@ -128,7 +138,8 @@ def test_without_the_torch_route_the_reference_core_records_with_a_mark_saying_s
     found = _expectations(path)
     assert found[("rows", "softmax", "out")].recorded == (
         "the reference core in float32 (no independent route: `softmax` raised NotImplementedError: no route); "
-        "check it against the document")
+        "check it against the document"
+    )
     assert found[("rows", "attention", "weights")].recorded == "torch's functions in float64, cast to float32"
 
 
@@ -144,7 +155,10 @@ def test_new_writes_a_commented_skeleton_that_loads_and_is_pending(tmp_path, cap
     assert _run("new", "my_tutorial", "--cases", tmp_path)[0] == 0
     path = tmp_path / "my_tutorial.yaml"
     text = path.read_text(encoding="utf-8")
-    assert text.startswith("# yaml-language-server: $schema=") and "# `call:` one function or class of the assignment" in text
+    assert (
+        text.startswith("# yaml-language-server: $schema=")
+        and "# `call:` one function or class of the assignment" in text
+    )
     assert load_file(path).errors == ()
     status, said = _run("lint", path)
     assert status == 0 and said.endswith("0 errors, 2 warnings\n")
@@ -155,6 +169,7 @@ def test_new_writes_a_commented_skeleton_that_loads_and_is_pending(tmp_path, cap
 
 def test_a_skeleton_in_the_projects_folder_names_the_committed_schema(tmp_path, monkeypatch):
     from attention_core.authoring.drafts import skeleton  # noqa: PLC0415
+
     text = skeleton(ROOT / "cases" / "x.yaml", schema=ROOT / "cases" / "case-file.schema.json")
     assert text.splitlines()[0] == "# yaml-language-server: $schema=./case-file.schema.json"
 
@@ -163,6 +178,7 @@ def test_a_skeleton_in_the_projects_folder_names_the_committed_schema(tmp_path, 
 def test_drafts_are_valid_under_the_committed_schema(tmp_path, kind):
     from attention_core.authoring.drafts import draft, skeleton  # noqa: PLC0415
     from attention_core.authoring.notebook import read_text_export  # noqa: PLC0415
+
     path = tmp_path / "draft.yaml"
     if kind == "new":
         path.write_text(skeleton(path, schema=tmp_path / "s.json"), encoding="utf-8")
@@ -178,14 +194,18 @@ def test_drafts_are_valid_under_the_committed_schema(tmp_path, kind):
 
 
 def test_a_file_in_another_layout_keeps_its_indentation(tmp_path):
-    flush = ("document:\n  title: Flush\ncases:\n- id: rows  # sequences flush with their key\n"
-             "  inputs:\n    x: [[1.0, 2.0, 3.0]]\n  checks:\n  - id: softmax\n    call: softmax(x)\n"
-             "    expect:\n      out:\n  - id: double\n    expr: x * 2\n    expect:\n      out:\n")
+    flush = (
+        "document:\n  title: Flush\ncases:\n- id: rows  # sequences flush with their key\n"
+        "  inputs:\n    x: [[1.0, 2.0, 3.0]]\n  checks:\n  - id: softmax\n    call: softmax(x)\n"
+        "    expect:\n      out:\n  - id: double\n    expr: x * 2\n    expect:\n      out:\n"
+    )
     path = tmp_path / "flush.yaml"
     path.write_text(flush, encoding="utf-8")
     assert _run("record", path)[0] == 0
     before, after = flush.splitlines(), path.read_text(encoding="utf-8").splitlines()
-    opcodes = [op for op in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes() if op[0] != "equal"]
+    opcodes = [
+        op for op in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes() if op[0] != "equal"
+    ]
     assert {op[0] for op in opcodes} == {"insert"}, opcodes
     assert {e.kind for e in _expectations(path).values()} == {"printed"}
 

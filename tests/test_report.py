@@ -8,13 +8,13 @@ from html.parser import HTMLParser
 
 import pytest
 import torch
+from test_heatmap import cell_fills, luminance
 
 from attention_core.cli import main
 from attention_core.grading import gradescope, mutants
 from attention_core.harness.checking import compare
 from attention_core.harness.checking.results import Failure, Result, Status
 from attention_core.report import figures, heatmap
-from test_heatmap import cell_fills, luminance
 from tests.outputs import folder, report
 
 ELIDED_ONES = "\n".join(  # torch's print of ones(40, 40), its last element changed to 0
@@ -22,9 +22,11 @@ ELIDED_ONES = "\n".join(  # torch's print of ones(40, 40), its last element chan
     + ["        [1., 1., 1.,  ..., 1., 1., 1.],"] * 2
     + ["        ...,"]
     + ["        [1., 1., 1.,  ..., 1., 1., 1.],"] * 2
-    + ["        [1., 1., 1.,  ..., 1., 1., 0.]])"])
+    + ["        [1., 1., 1.,  ..., 1., 1., 0.]])"]
+)
 
-CASES = """\
+CASES = (
+    """\
 document: {title: "Masks <b>&</b> prints", origin: tests}
 cases:
   - id: masked
@@ -48,8 +50,10 @@ cases:
         expr: "ones(40, 40)"
         expect:
           out: |
-%s
-""" % "\n".join("            " + line for line in ELIDED_ONES.split("\n"))
+"""
+    + "\n".join("            " + line for line in ELIDED_ONES.split("\n"))
+    + "\n"
+)
 
 
 class Parsed(HTMLParser):
@@ -82,8 +86,9 @@ def assert_self_contained(page):
 
 def svgs(fragment):
     """Each heatmap's (role, svg text) in order."""
-    return [(m.group(1), m.group(0)) for m in
-            re.finditer(r'<svg [^>]*data-role="(\w+)".*?</svg>', fragment, flags=re.S)]
+    return [
+        (m.group(1), m.group(0)) for m in re.finditer(r'<svg [^>]*data-role="(\w+)".*?</svg>', fragment, flags=re.S)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +126,9 @@ def test_each_failed_check_shows_its_source_report_and_heatmaps_and_the_passing_
 
 def test_masked_cells_are_drawn_as_masked_and_the_worst_element_is_outlined(checked):
     _, page = checked
-    scores = next(s for s in re.findall(r'<section class="check".*?</section>', page, flags=re.S)
-                  if "r/masked/scores" in s)
+    scores = next(
+        s for s in re.findall(r'<section class="check".*?</section>', page, flags=re.S) if "r/masked/scores" in s
+    )
     masked_fill = heatmap.CATEGORIES[heatmap.MASKED][1]
     for role, svg in svgs(scores):
         fills = cell_fills(svg)
@@ -173,12 +179,14 @@ def _failure(shape, worst):
 def test_a_higher_rank_tensor_draws_its_first_slice_and_the_worst_elements_with_a_note():
     failure, actual = _failure((2, 3, 5, 5), (1, 2, 4, 0))
     drawn = figures.draw(failure, actual)
-    assert "weights has shape (2, 3, 5, 5): 2 of its 6 slices over the last two dimensions drawn: " \
-           "[0, 0], [1, 2] (the worst element&#x27;s)." in drawn
+    assert (
+        "weights has shape (2, 3, 5, 5): 2 of its 6 slices over the last two dimensions drawn: "
+        "[0, 0], [1, 2] (the worst element&#x27;s)." in drawn
+    )
     slices = re.findall(r'data-slice="([^"]*)"', drawn)
     assert slices == ["[0, 0]", "[1, 2]"]
     assert len(svgs(drawn)) == 6
-    assert drawn.count("<rect x=\"0.1\" y=\"4.1\"") == 6, "the worst element is framed in its slice's three maps"
+    assert drawn.count('<rect x="0.1" y="4.1"') == 6, "the worst element is framed in its slice's three maps"
 
 
 def test_a_one_dimensional_tensor_is_drawn_as_one_row_and_a_0d_one_not_at_all():
@@ -235,18 +243,25 @@ def test_grading_writes_a_report_and_html_feedback_with_heatmaps_within_the_cap(
 def test_a_pending_draft_is_counted_as_pending_not_as_failed(tmp_path):
     folder = tmp_path / "cases"
     folder.mkdir()
-    (folder / "d.yaml").write_text(CASES.split("  - id: elided")[0] + """\
+    (folder / "d.yaml").write_text(
+        CASES.split("  - id: elided")[0]
+        + """\
       - id: later
         pending: the computation is not written yet
         expect:
           out: tensor([1., 1.])
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     out = tmp_path / "report.html"
     main(["check", "--cases", str(folder), "--device", "cpu", "--html", str(out)])
     page = out.read_text(encoding="utf-8")
     assert '<th class="n">passed</th><th class="n">failed</th><th class="n">pending</th>' in page
-    row = re.search(r"<tr class=bad><td>d</td><td>.*?</td><td class=\"n\">(\d+)</td><td class=\"n\">(\d+)</td>"
-                    r"<td class=\"n\">(\d+)</td>", page)
+    row = re.search(
+        r"<tr class=bad><td>d</td><td>.*?</td><td class=\"n\">(\d+)</td><td class=\"n\">(\d+)</td>"
+        r"<td class=\"n\">(\d+)</td>",
+        page,
+    )
     assert row and row.groups() == ("1", "1", "1")  # fine passed, scores failed, later waits
     assert "1 check passed, 2 did not (1 of them pending: drafts, not yet checked)." in page
     assert 'data-status="pending"' in page

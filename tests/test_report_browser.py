@@ -19,7 +19,7 @@ import torch
 from attention_core.cli import main
 from attention_core.grading import mutants
 from attention_core.harness.checking import runner
-from tests.outputs import folder, report
+from tests.outputs import report
 
 pytestmark = [pytest.mark.grading, pytest.mark.browser]
 
@@ -161,8 +161,8 @@ def _decode_png(data):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     at, chunks, header = 8, [], None
     while at < len(data):
-        length, kind = struct.unpack(">I4s", data[at:at + 8])
-        body = data[at + 8:at + 8 + length]
+        length, kind = struct.unpack(">I4s", data[at : at + 8])
+        body = data[at + 8 : at + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -174,7 +174,7 @@ def _decode_png(data):
     raw, stride = zlib.decompress(b"".join(chunks)), width * step
     rows, previous = [], bytearray(stride)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             left = line[i - step] if i >= step else 0
             up, corner = previous[i], previous[i - step] if i >= step else 0
@@ -188,7 +188,7 @@ def _decode_png(data):
                 p = left + up - corner
                 pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
                 line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 255
-        rows.append([tuple(line[x * step:x * step + 3]) for x in range(width)])
+        rows.append([tuple(line[x * step : x * step + 3]) for x in range(width)])
         previous = line
     return width, height, rows
 

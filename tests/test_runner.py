@@ -20,7 +20,9 @@ def _spies(calls):
         def call(*args, **kwargs):
             calls.append(name)
             return getattr(reference, name)(*args, **kwargs)
+
         return call
+
     return {name: spy(name) for name in spec.NAMES}
 
 
@@ -41,8 +43,11 @@ def test_judging_given_results_gives_what_running_the_check_gives():
             ran, judged = runner.run(item, functions=functions), runner.judged(item, values)
             assert (judged.status, judged.message) == (ran.status, ran.message), item.id
             assert [f.render() for f in judged.failures] == [f.render() for f in ran.failures], item.id
-    assert any(not runner.judged(i, runner.outputs(i, functions={"attention": no_scale})).passed
-               for i in GRADED if i.check.function == "attention")
+    assert any(
+        not runner.judged(i, runner.outputs(i, functions={"attention": no_scale})).passed
+        for i in GRADED
+        if i.check.function == "attention"
+    )
 
 
 def test_results_whose_structure_already_fails_come_back_as_that_failure_not_as_values():
@@ -50,8 +55,10 @@ def test_results_whose_structure_already_fails_come_back_as_that_failure_not_as_
         return reference.attention(q, k, v, mask, scale=scale)[0]  # the spec returns (output, weights)
 
     item = next(i for i in GRADED if i.check.function == "attention")
-    given, ran = runner.outputs(item, functions={"attention": output_only}), runner.run(item, functions={
-        "attention": output_only})
+    given, ran = (
+        runner.outputs(item, functions={"attention": output_only}),
+        runner.run(item, functions={"attention": output_only}),
+    )
     assert not isinstance(given, dict) and not ran.passed
     assert (given.status, [f.render() for f in given.failures]) == (ran.status, [f.render() for f in ran.failures])
     assert any("must return 2 values (output, weights)" in f.render() for f in given.failures)
@@ -74,6 +81,7 @@ def test_a_missing_function_is_not_implemented_and_says_which():
 def test_a_stub_raising_not_implemented_error_is_not_implemented():
     def causal_average(x):
         raise NotImplementedError("write me")
+
     item = next(i for i in GRADED if i.check.function == "causal_average")
     assert runner.run(item, functions={"causal_average": causal_average}).status is Status.NOT_IMPLEMENTED
 
@@ -129,11 +137,14 @@ def test_failures_carry_their_tensors_for_drawing():
 def test_a_bug_of_the_harness_is_a_harness_error_and_the_cli_exits_2(monkeypatch, capsys, tmp_path):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
+
     monkeypatch.setattr(compare, "compare_printed", broken)
     item = next(i for i in ITEMS if i.id == "001_self_attention/four_by_four/softmax")
     result = runner.run(item)
     assert result.status is Status.HARNESS_ERROR and "ZeroDivisionError: a bug" in result.message
-    _one_file(tmp_path, "      - id: s\n        call: softmax(x)\n        expect:\n          out: tensor([0.2689, 0.7311])\n")
+    _one_file(
+        tmp_path, "      - id: s\n        call: softmax(x)\n        expect:\n          out: tensor([0.2689, 0.7311])\n"
+    )
     assert main(["--cases", str(tmp_path), "--device", "cpu"]) == 2
     out = capsys.readouterr().out
     assert "HARNESS ERROR" in out and "Traceback" not in out
@@ -144,8 +155,9 @@ def test_a_bug_of_the_harness_is_a_harness_error_and_the_cli_exits_2(monkeypatch
 def test_a_report_names_the_dtype_and_prints_close_numbers_in_full():
     item = next(i for i in GRADED if i.id == "001_self_attention/four_by_four/softmax")
     assert runner.run(item, functions={"softmax": lambda x, dim=-1: x}).header.endswith("on cpu, float32")
-    report = compare.compare_full(torch.tensor([2360065.0], dtype=torch.float64),
-                                  torch.tensor([2360064.0], dtype=torch.float64)).message
+    report = compare.compare_full(
+        torch.tensor([2360065.0], dtype=torch.float64), torch.tensor([2360064.0], dtype=torch.float64)
+    ).message
     assert "2360064" in report and "2360065" in report
 
 
@@ -213,7 +225,9 @@ def test_the_cli_shows_each_failure_in_full_without_v_and_lists_only_errata_that
         "document: {title: E}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n    checks:\n"
         "      - id: wrong\n        call: softmax(x)\n        erratum: a note\n        expect: {out: [0.5, 0.5]}\n"
         "      - id: held\n        call: softmax(x)\n        erratum: another note\n"
-        "        expect: {out: [0.2689414, 0.7310586]}\n", encoding="utf-8")
+        "        expect: {out: [0.2689414, 0.7310586]}\n",
+        encoding="utf-8",
+    )
     assert main(["--cases", str(tmp_path), "--device", "cpu"]) == 1
     out = capsys.readouterr().out
     assert "Values are not close!" in out  # the report itself, not only its header line
@@ -222,46 +236,56 @@ def test_the_cli_shows_each_failure_in_full_without_v_and_lists_only_errata_that
 
 
 def test_the_command_line_prints_no_numpy_warning():
-    done = subprocess.run([sys.executable, "-m", "attention_core", "template"], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "attention_core", "template"], capture_output=True, text=True, check=True
+    )
     assert "NumPy" not in done.stderr and "def softmax" in done.stdout
 
 
 def _one_file(folder, checks):
-    (folder / "f.yaml").write_text("document: {title: F}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n"
-                                   "    checks:\n" + checks, encoding="utf-8")
+    (folder / "f.yaml").write_text(
+        "document: {title: F}\ncases:\n  - id: c\n    inputs: {x: [1.0, 2.0]}\n    checks:\n" + checks, encoding="utf-8"
+    )
     return runner.collect(folder)
 
 
-@pytest.mark.parametrize(("returns", "message"), [
-    ("[a, b]", "softmax returns 1 value (out): 'returns' must name 1, not 2"),
-    ("[o, o]", "'returns' names a result twice: o, o"),
-])
+@pytest.mark.parametrize(
+    ("returns", "message"),
+    [
+        ("[a, b]", "softmax returns 1 value (out): 'returns' must name 1, not 2"),
+        ("[o, o]", "'returns' names a result twice: o, o"),
+    ],
+)
 def test_returns_that_cannot_match_the_spec_are_a_load_error(tmp_path, returns, message):
-    items = _one_file(tmp_path, f"      - id: k\n        call: softmax(x)\n        returns: {returns}\n"
-                                "        expect: {out: [0.5, 0.5]}\n")
+    items = _one_file(
+        tmp_path,
+        f"      - id: k\n        call: softmax(x)\n        returns: {returns}\n        expect: {{out: [0.5, 0.5]}}\n",
+    )
     assert [i.error is not None for i in items] == [True] and message in items[0].error.message
 
 
-@pytest.mark.parametrize("check", [
-    "      - id: k\n        expr: x\n        expect: {\"x[5]\": 1.0}\n",  # a target the document's arithmetic cannot take
-    "      - id: k\n        call: softmax(x)\n        erratum: {note: n, differs: \"softmax(x, dim=7)\"}\n"
-    "        expect: {out: [0.2689414, 0.7310586]}\n",  # a 'differs' that raises
-])
+@pytest.mark.parametrize(
+    "check",
+    [
+        '      - id: k\n        expr: x\n        expect: {"x[5]": 1.0}\n',  # a target the document's arithmetic cannot take
+        '      - id: k\n        call: softmax(x)\n        erratum: {note: n, differs: "softmax(x, dim=7)"}\n'
+        "        expect: {out: [0.2689414, 0.7310586]}\n",  # a 'differs' that raises
+    ],
+)
 def test_a_mistake_of_the_case_file_is_a_case_error_never_a_failed_check(tmp_path, check):
-    item, = _one_file(tmp_path, check)
+    (item,) = _one_file(tmp_path, check)
     for functions in (None, {"softmax": reference.softmax}):
         assert runner.run(item, functions=functions).status is Status.CASE_ERROR
 
 
 def test_an_expectation_key_that_is_not_text_is_refused_at_its_line(tmp_path):
-    item, = _one_file(tmp_path, "      - id: k\n        expr: x\n        expect: {1.5: 1, out: [1.0, 2.0]}\n")
+    (item,) = _one_file(tmp_path, "      - id: k\n        expr: x\n        expect: {1.5: 1, out: [1.0, 2.0]}\n")
     assert item.error is not None and item.location.endswith("f.yaml:8:17")
     assert "an expectation target must be an output's name or an expression, as text" in item.error.message
 
 
 def test_a_number_too_large_for_a_tensor_is_a_failed_check_not_a_harness_error(tmp_path):
-    item, = _one_file(tmp_path, "      - id: k\n        expr: \"2**63\"\n        expect: {out: 1}\n")
+    (item,) = _one_file(tmp_path, '      - id: k\n        expr: "2**63"\n        expect: {out: 1}\n')
     result = runner.run(item)
     assert result.status is Status.FAILED and "does not fit in a 64-bit tensor" in result.report
 
@@ -270,7 +294,8 @@ _SHAPES_THAT_CANNOT_GO_THROUGH = (
     "document: {title: F}\ncases:\n  - id: c\n    seed: 0\n"
     "    inputs: {q: {randn: [3, 2]}, k: {randn: [3, 3]}, v: {randn: [3, 3]}}\n"
     "    checks:\n      - id: a\n        call: attention(q, k, v)\n        returns: [out, weights]\n"
-    "        expect: {out: {shape: [3, 3]}}\n")
+    "        expect: {out: {shape: [3, 3]}}\n"
+)
 
 
 _RESULT_TOO_LARGE = (
@@ -278,7 +303,8 @@ _RESULT_TOO_LARGE = (
     "    inputs: {q: {randn: [1, 16384, 64]}}\n"
     "    checks:\n      - id: a\n        call: attention(q, q, q)\n"
     "        expect: {output: {shape: [1, 16384, 64]}}\n"
-    "      - id: m\n        call: causal_mask(200000)\n        expect: {out: {shape: [200000, 200000]}}\n")
+    "      - id: m\n        call: causal_mask(200000)\n        expect: {out: {shape: [200000, 200000]}}\n"
+)
 
 
 def test_a_call_whose_result_would_be_too_large_to_check_is_a_case_error_before_anything_is_made(tmp_path):
@@ -306,7 +332,9 @@ def test_the_bound_on_a_calls_result_holds_for_every_shipped_check_and_for_broad
     q, k, v = torch.zeros(1, 1, 5, 2), torch.zeros(3, 1, 7, 2), torch.zeros(1, 4, 7, 6)
     mask = torch.ones(2, 1, 1, 1, 7, dtype=torch.bool)  # broadcast over a new leading axis
     largest = max(r.numel() for r in reference.attention(q, k, v, mask=mask))
-    assert refusals.result_bound("attention", (q, k, v), {"mask": mask}) >= largest == 2 * 3 * 4 * 5 * 6  # the output (2, 3, 4, 5, 6)
+    assert (
+        refusals.result_bound("attention", (q, k, v), {"mask": mask}) >= largest == 2 * 3 * 4 * 5 * 6
+    )  # the output (2, 3, 4, 5, 6)
 
 
 def test_a_call_the_reference_core_cannot_make_either_is_a_case_error_not_the_implementations(tmp_path):
@@ -324,5 +352,6 @@ def test_a_call_the_reference_core_cannot_make_either_is_a_case_error_not_the_im
 
     def wrong(q, k, v, mask=None, scale=None):  # where the reference runs, a raise stays the implementation's
         raise ValueError("oops")
+
     fine = next(i for i in GRADED if i.check.function == "attention")
     assert runner.run(fine, functions={"attention": wrong}).status is Status.IMPLEMENTATION_ERROR

@@ -18,10 +18,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import attacks
 import pytest
 
 from attention_core import reference
-import attacks
 
 pytestmark = pytest.mark.grading
 
@@ -97,8 +97,9 @@ with open(result, "w") as f:
 def throwaway_available():
     if shutil.which("unshare") is None:
         return "the unshare command (util-linux) is not installed"
-    probe = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
-                           text=True)
+    probe = subprocess.run(
+        ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         return f"a throwaway mount and PID namespace cannot be made here: {probe.stderr.strip()}"
     if os.geteuid() != 0:
@@ -121,8 +122,12 @@ def run_batch(mode):
         (submissions / "reference.py").write_text(Path(reference.__file__).read_text())
         paths = [submissions / "reference.py", other]
         for name, source in attacks.SOURCES.items():
-            text = (source.replace("@MARK@", mark).replace("@OUT@", str(out)).replace("@OTHER@", str(other))
-                    .replace("@CHECKOUT@", str(ROOT)))
+            text = (
+                source.replace("@MARK@", mark)
+                .replace("@OUT@", str(out))
+                .replace("@OTHER@", str(other))
+                .replace("@CHECKOUT@", str(ROOT))
+            )
             (submissions / f"{name}.py").write_text(textwrap.dedent(text))
             paths.append(submissions / f"{name}.py")
         if mode == "unprivileged":
@@ -131,16 +136,49 @@ def run_batch(mode):
         os.chmod(scratch, 0o777)
         helper = scratch / "helper.py"
         helper.write_text(HELPER)
-        command = [sys.executable, "-m", "attention_core", "grade", *map(str, paths), "--out", str(out),
-                   "--jobs", "2", "--timeout", "2", "--budget", "30"]
+        command = [
+            sys.executable,
+            "-m",
+            "attention_core",
+            "grade",
+            *map(str, paths),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+            "--timeout",
+            "2",
+            "--budget",
+            "30",
+        ]
         env = dict(os.environ, NEEDED=json.dumps(sys.path[1:] + [str(ROOT)]))
         start = time.monotonic()
-        subprocess.run(["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable,
-                        str(helper), mode, str(result), mark, *command], cwd=ROOT, env=env, check=True, timeout=900)
+        subprocess.run(
+            [
+                "unshare",
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                sys.executable,
+                str(helper),
+                mode,
+                str(result),
+                mark,
+                *command,
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            timeout=900,
+        )
         seconds = time.monotonic() - start
         ran = json.loads(result.read_text())
         results = {p.parent.name: json.loads(p.read_text()) for p in out.rglob("results.json")}
-        escaped = [str(p) for p in [*scratch.rglob(f"{mark}-*"), *ROOT.glob(f"{mark}-*"), *Path("/tmp").glob(f"{mark}-*")]]
+        escaped = [
+            str(p) for p in [*scratch.rglob(f"{mark}-*"), *ROOT.glob(f"{mark}-*"), *Path("/tmp").glob(f"{mark}-*")]
+        ]
         return ran, results, escaped, seconds
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -195,10 +233,17 @@ def test_unmounting_everything_reveals_nothing(batch):
     assert attacks.report(results["umount_then_walk"])["found"] == []
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("hang", "timeout"), ("memory_bomb", "can't allocate memory"), ("exit", "crashed"), ("system_exit", "SystemExit"),
-    ("import_crash", "this submission fails at import"), ("output_flood", "more bytes of output not shown"),
-])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("hang", "timeout"),
+        ("memory_bomb", "can't allocate memory"),
+        ("exit", "crashed"),
+        ("system_exit", "SystemExit"),
+        ("import_crash", "this submission fails at import"),
+        ("output_flood", "more bytes of output not shown"),
+    ],
+)
 def test_a_harmful_submission_fails_its_checks_with_a_clear_reason(batch, name, reason):
     _, (_, results, _, _) = batch
     text = results[name]["output"] + "".join(t["output"] for t in results[name]["tests"])
@@ -208,8 +253,11 @@ def test_a_harmful_submission_fails_its_checks_with_a_clear_reason(batch, name, 
 
 def test_a_reply_larger_than_its_call_can_need_fails_that_call_and_is_never_read(batch):
     _, (_, results, _, _) = batch
-    softmax = [t for t in results["huge_reply"]["tests"] if "The call: softmax(" in t["output"]
-               and not t["name"].startswith("properties/")]
+    softmax = [
+        t
+        for t in results["huge_reply"]["tests"]
+        if "The call: softmax(" in t["output"] and not t["name"].startswith("properties/")
+    ]
     assert softmax and all(t["status"] == "failed" for t in softmax)
     replied = [t for t in softmax if t["output"].startswith("implementation error")]
     assert all("bytes this call can need" in t["output"] and "it was not read" in t["output"] for t in replied)
@@ -226,15 +274,20 @@ def test_a_results_json_stays_under_1_mb_whatever_the_submission_says(batch):
 
 def test_a_rigged_tensor_subclass_is_judged_by_its_values_and_never_unpickled(batch):
     _, (_, results, escaped, _) = batch
-    softmax = [t for t in results["rigged_subclass"]["tests"] if "softmax" in t["name"]
-               and not t["name"].startswith("properties/")]  # (a relation between its values may hold)
+    softmax = [
+        t
+        for t in results["rigged_subclass"]["tests"]
+        if "softmax" in t["name"] and not t["name"].startswith("properties/")
+    ]  # (a relation between its values may hold)
     assert softmax and all(t["status"] == "failed" for t in softmax if not t["name"].endswith("/backward"))
     assert escaped == []
 
 
 def test_the_walk_probe_finds_the_case_files_where_nothing_hides_them():
     scope = {}
-    exec(attacks.WALK.replace("@MARK@", "unused").replace("@CHECKOUT@", str(ROOT)).replace("@OUT@", "/nonexistent"),
-         scope)
+    exec(
+        attacks.WALK.replace("@MARK@", "unused").replace("@CHECKOUT@", str(ROOT)).replace("@OUT@", "/nonexistent"),
+        scope,
+    )
     found = scope["walk"](str(ROOT))
     assert any(p.endswith("001_self_attention.yaml") for p in found) and f"{ROOT}/cases" in found

@@ -22,7 +22,7 @@ def _text(**tensors):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
 def test_files_round_trip_exactly_in_every_float_dtype(dtype):
     g = torch.Generator().manual_seed(0)
-    value = (torch.randn(7, 5, generator=g, dtype=torch.float64) * 10 ** torch.randint(-6, 6, (7, 5), generator=g))
+    value = torch.randn(7, 5, generator=g, dtype=torch.float64) * 10 ** torch.randint(-6, 6, (7, 5), generator=g)
     value = torch.cat([value.reshape(-1), torch.tensor([0.0, -0.0, float("inf"), float("nan")])]).to(dtype)
     entry = parse(_text(x=value))["x"]
     assert entry["dtype"] == str(dtype).removeprefix("torch.") and entry["shape"] == f"[{value.numel()}]"
@@ -57,9 +57,11 @@ def test_shape_then_dtype_are_compared_before_values():
     base = _text(out=torch.zeros(2, 3))
     assert "shape does not match: [3, 2] != [2, 3]" in "\n".join(EXT.diff_lines(_text(out=torch.zeros(3, 2)), base))
     assert "dtype does not match: float64 != float32" in "\n".join(
-        EXT.diff_lines(_text(out=torch.zeros(2, 3, dtype=torch.float64)), base))
+        EXT.diff_lines(_text(out=torch.zeros(2, 3, dtype=torch.float64)), base)
+    )
     assert "weights: not in the snapshot" in "\n".join(
-        EXT.diff_lines(_text(out=torch.zeros(2, 3), weights=torch.zeros(1)), base))
+        EXT.diff_lines(_text(out=torch.zeros(2, 3), weights=torch.zeros(1)), base)
+    )
 
 
 def test_large_tensors_are_summarised_and_a_change_above_the_stated_bound_is_detected():
@@ -109,9 +111,14 @@ def project(tmp_path):
 
 
 def _pytest(root, *args):
-    run = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--cases", "cases",
-                          *args], cwd=root, capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--cases", "cases", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     return run.returncode, run.stdout + run.stderr
 
 
@@ -186,10 +193,12 @@ def test_float16_extremes_and_plain_values_serialise_and_compare():
     assert torch.equal(back, extremes)
     plain = _text(size=torch.Size([4, 8]), mean=0.25)
     assert EXT.matches(serialized_data=_text(size=torch.Size([4, 8]), mean=0.25 + 1e-9), snapshot_data=plain)
-    assert "number does not match: 0.5 != 0.25" in "\n".join(EXT.diff_lines(_text(size=torch.Size([4, 8]),
-                                                                                  mean=0.5), plain))
-    assert "size does not match: [4, 9] != [4, 8]" in "\n".join(EXT.diff_lines(_text(size=torch.Size([4, 9]),
-                                                                                   mean=0.25), plain))
+    assert "number does not match: 0.5 != 0.25" in "\n".join(
+        EXT.diff_lines(_text(size=torch.Size([4, 8]), mean=0.5), plain)
+    )
+    assert "size does not match: [4, 9] != [4, 8]" in "\n".join(
+        EXT.diff_lines(_text(size=torch.Size([4, 9]), mean=0.25), plain)
+    )
 
 
 def test_an_unreadable_snapshot_is_one_clear_problem_and_never_a_match():
@@ -212,10 +221,10 @@ def test_another_cases_folder_neither_uses_nor_touches_the_projects_snapshots(pr
     assert _snapshots(project) == before
 
 
-
 def test_a_size_stored_as_a_number_is_a_kind_mismatch_and_nan_numbers_match():
     assert "kind does not match: size != number" in "\n".join(
-        EXT.diff_lines(_text(out=torch.Size([4, 8])), _text(out=12345.5)))
+        EXT.diff_lines(_text(out=torch.Size([4, 8])), _text(out=12345.5))
+    )
     assert EXT.matches(serialized_data=_text(x=float("nan"), y=1.0), snapshot_data=_text(x=float("nan"), y=1.0 + 1e-9))
 
 

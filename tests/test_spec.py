@@ -26,8 +26,16 @@ def test_signatures_match_the_contract(module, function):
 
 
 def test_package_exports_the_contract():
-    assert attention_core.__all__ == ["softmax", "causal_mask", "causal_average", "attention", "split_heads",
-                                      "merge_heads", "multi_head_attention", "layer_norm"]
+    assert attention_core.__all__ == [
+        "softmax",
+        "causal_mask",
+        "causal_average",
+        "attention",
+        "split_heads",
+        "merge_heads",
+        "multi_head_attention",
+        "layer_norm",
+    ]
     assert all(getattr(attention_core, name) is getattr(reference, name) for name in spec.NAMES)
 
 

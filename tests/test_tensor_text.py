@@ -76,7 +76,13 @@ def test_zero_dim_integer_mode():
     assert p.values.tolist() == [0.0] and p.unit.tolist() == [0.0]
     assert p.dense().shape == () and p.dense().item() == 0.0
     assert (p.elided, p.partial, p.dtype, p.device, p.requires_grad, p.grad_fn) == (
-        False, False, None, None, False, None)
+        False,
+        False,
+        None,
+        None,
+        False,
+        None,
+    )
 
 
 def test_zero_dim_with_grad_fn():
@@ -252,13 +258,10 @@ def test_bools():
 
 
 def test_suffixes_in_any_order():
-    first = parse_tensor("tensor([1.5000, 2.0000], device='cuda:0', dtype=torch.float64, "
-                         "requires_grad=True)")
-    second = parse_tensor("tensor([1.5000, 2.0000], requires_grad=True, dtype=torch.float64, "
-                          "device='cuda:0')")
+    first = parse_tensor("tensor([1.5000, 2.0000], device='cuda:0', dtype=torch.float64, requires_grad=True)")
+    second = parse_tensor("tensor([1.5000, 2.0000], requires_grad=True, dtype=torch.float64, device='cuda:0')")
     for p in (first, second):
-        assert (p.dtype, p.device, p.requires_grad, p.grad_fn) == (
-            "float64", "cuda:0", True, None)
+        assert (p.dtype, p.device, p.requires_grad, p.grad_fn) == ("float64", "cuda:0", True, None)
         assert p.values.tolist() == [1.5, 2.0]
 
 
@@ -278,8 +281,15 @@ def test_suffixes_from_torch():
 
 @pytest.mark.parametrize(
     "dtype, kind",
-    [("int32", "int"), ("int64", "int"), ("uint8", "int"), ("int8", "int"),
-     ("float64", "float"), ("float16", "float"), ("bfloat16", "float")],
+    [
+        ("int32", "int"),
+        ("int64", "int"),
+        ("uint8", "int"),
+        ("int8", "int"),
+        ("float64", "float"),
+        ("float16", "float"),
+        ("bfloat16", "float"),
+    ],
 )
 def test_dtype_suffix_on_int_tokens(dtype, kind):
     p = parse_tensor(f"tensor([1, 2], dtype=torch.{dtype})")
@@ -436,8 +446,7 @@ def test_partial_at_every_cut_matches_the_full_parse():
     t = torch.randn(3, 2, 4) * torch.tensor([1e-6, 1.0, 1e5]).reshape(3, 1, 1)
     text = repr(t)
     full = parse_tensor(text)
-    ends = [m.end() for m in re.finditer(r"[-\w.+]+(?=\s*[,\]])", text)
-            if re.fullmatch(r"-?[\d.]+e[-+]\d+", m.group())]
+    ends = [m.end() for m in re.finditer(r"[-\w.+]+(?=\s*[,\]])", text) if re.fullmatch(r"-?[\d.]+e[-+]\d+", m.group())]
     follows = [re.compile(r"\s*").match(text, end).end() for end in ends]
     assert len(follows) == 24
     for depth in range(4):
@@ -476,8 +485,7 @@ def test_ragged_rows():
 
 
 def test_ragged_rows_three_dim():
-    err = error_of("tensor([[[1., 2.],\n         [3., 4.]],\n\n        [[5., 6.],\n"
-                   "         [7., 8., 9.]]])")
+    err = error_of("tensor([[[1., 2.],\n         [3., 4.]],\n\n        [[5., 6.],\n         [7., 8., 9.]]])")
     assert (err.line, err.column) == (5, 10)
     assert "row [1, 1]" in err.message and "expected 2 entries" in err.message
 
@@ -568,8 +576,20 @@ def test_unclosed_without_partial():
 
 # --- round trips against torch's own printing ---------------------------------------------
 
-SHAPES = [(), (1,), (7,), (25,), (3, 4), (2, 3, 4), (2, 2, 3, 2), (30, 40), (1200,),
-          (4, 1000), (2, 3, 500), (10, 10, 10, 10)]
+SHAPES = [
+    (),
+    (1,),
+    (7,),
+    (25,),
+    (3, 4),
+    (2, 3, 4),
+    (2, 2, 3, 2),
+    (30, 40),
+    (1200,),
+    (4, 1000),
+    (2, 3, 500),
+    (10, 10, 10, 10),
+]
 
 SCALES = [1.0, 100.0, 1e-6, 1e5, 1e10]
 
@@ -583,8 +603,7 @@ def random_tensor(shape, dtype, scale, generator):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool],
-                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool], ids=str)
 def test_round_trip(shape, dtype):
     generator = torch.Generator().manual_seed(zlib.crc32(f"{shape} {dtype}".encode()))
     scales = SCALES if dtype.is_floating_point else [1.0]
@@ -625,8 +644,14 @@ def test_round_trip_special_values():
 
 @pytest.mark.parametrize(
     "options",
-    [dict(precision=2), dict(precision=8), dict(sci_mode=True), dict(sci_mode=False),
-     dict(linewidth=40), dict(threshold=10, edgeitems=2)],
+    [
+        dict(precision=2),
+        dict(precision=8),
+        dict(sci_mode=True),
+        dict(sci_mode=False),
+        dict(linewidth=40),
+        dict(threshold=10, edgeitems=2),
+    ],
     ids=str,
 )
 def test_round_trip_with_print_options(print_options, options):
@@ -675,8 +700,15 @@ def test_parse_size():
 
 @pytest.mark.parametrize(
     "text, column",
-    [("torch.Size([4, -1])", 16), ("torch.Size([4, 8)", 17), ("Size([4])", 1),
-     ("torch.Size([4.])", 13), ("torch.Size([4]) x", 17), ("", 1), ("torch.Size([4, 8]", 18)],
+    [
+        ("torch.Size([4, -1])", 16),
+        ("torch.Size([4, 8)", 17),
+        ("Size([4])", 1),
+        ("torch.Size([4.])", 13),
+        ("torch.Size([4]) x", 17),
+        ("", 1),
+        ("torch.Size([4, 8]", 18),
+    ],
 )
 def test_parse_size_errors(text, column):
     with pytest.raises(TensorTextError) as err:

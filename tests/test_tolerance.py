@@ -4,11 +4,11 @@ import math
 
 import pytest
 import torch
+from implementations import attention_wrong_axis, inverted_mask, no_scale, softmax_wrong_axis
 
 from attention_core import reference
 from attention_core.harness.checking import compare, runner, tolerance
 from attention_core.harness.languages.tensor_text import parse_tensor
-from implementations import attention_wrong_axis, inverted_mask, no_scale, softmax_wrong_axis
 
 CASES = runner.default_cases_folder()
 F32_EPS = torch.finfo(torch.float32).eps
@@ -29,9 +29,11 @@ def test_noise_floor_scales_with_the_largest_expected_value_and_the_dtype():
     values = torch.tensor([12.9777, 0.0])
     assert tolerance.noise_floor(torch.float32, values) == pytest.approx(tolerance.NOISE_K * F32_EPS * 12.9777)
     assert tolerance.noise_floor(torch.float64, values) == pytest.approx(
-        tolerance.NOISE_K * torch.finfo(torch.float64).eps * 12.9777)
+        tolerance.NOISE_K * torch.finfo(torch.float64).eps * 12.9777
+    )
     assert tolerance.noise_floor(torch.float32, torch.tensor([-math.inf, 2.0])) == pytest.approx(
-        tolerance.NOISE_K * F32_EPS * 2.0)
+        tolerance.NOISE_K * F32_EPS * 2.0
+    )
 
 
 def test_integer_mode_print_is_checked_against_the_noise_floor_not_half_a_unit():
@@ -70,8 +72,9 @@ def test_full_precision_uses_torch_testing_defaults_per_dtype():
 
 def test_a_single_expected_number_applies_to_every_element():
     assert compare.compare_full(torch.ones(3, 4), torch.tensor(1.0, dtype=torch.float64)) is None
-    assert compare.compare_full(torch.ones(3, 4).index_fill(1, torch.tensor([2]), 0.5),
-                                torch.tensor(1.0, dtype=torch.float64)).index == (0, 2)
+    assert compare.compare_full(
+        torch.ones(3, 4).index_fill(1, torch.tensor([2]), 0.5), torch.tensor(1.0, dtype=torch.float64)
+    ).index == (0, 2)
 
 
 def test_comparison_stops_at_the_first_failing_stage():
@@ -121,13 +124,19 @@ def test_rounding_of_printed_inputs_is_propagated(monkeypatch):
         tolerance.NUMERICS.clear()
 
 
-@pytest.mark.parametrize(("mistake", "functions", "caught_by"), [
-    ("no 1/sqrt(d_k)", {"attention": no_scale}, "002_attention_mechanism/attention_value_T/attention_xxx"),
-    ("softmax over the wrong axis", {"softmax": softmax_wrong_axis}, "001_self_attention/four_by_four/softmax"),
-    ("attention softmax over the wrong axis", {"attention": attention_wrong_axis},
-     "000_attention_explained/version3_p_attn/p_attn"),
-    ("inverted mask", {"attention": inverted_mask}, "000_attention_explained/version3_p_attn/p_attn"),
-])
+@pytest.mark.parametrize(
+    ("mistake", "functions", "caught_by"),
+    [
+        ("no 1/sqrt(d_k)", {"attention": no_scale}, "002_attention_mechanism/attention_value_T/attention_xxx"),
+        ("softmax over the wrong axis", {"softmax": softmax_wrong_axis}, "001_self_attention/four_by_four/softmax"),
+        (
+            "attention softmax over the wrong axis",
+            {"attention": attention_wrong_axis},
+            "000_attention_explained/version3_p_attn/p_attn",
+        ),
+        ("inverted mask", {"attention": inverted_mask}, "000_attention_explained/version3_p_attn/p_attn"),
+    ],
+)
 def test_tolerance_never_swallows_a_real_mistake(mistake, functions, caught_by):
     item = _item(caught_by)
     assert runner.run(item).passed, "the reference passes the check"
@@ -139,8 +148,10 @@ def test_tolerance_never_swallows_a_real_mistake(mistake, functions, caught_by):
 def test_a_shape_expectation_accepts_a_tensor_or_its_size():
     assert compare.check_shape(torch.zeros(4, 8, 3), (4, 8, 3)) is None
     assert compare.check_shape(torch.zeros(4, 8, 3).shape, (4, 8, 3)) is None
-    assert compare.check_shape(torch.zeros(4, 8).shape, (4, 8, 3)).message == \
-        "shape does not match: (4, 8) != (4, 8, 3) (actual != expected)"
+    assert (
+        compare.check_shape(torch.zeros(4, 8).shape, (4, 8, 3)).message
+        == "shape does not match: (4, 8) != (4, 8, 3) (actual != expected)"
+    )
     assert compare.check_shape([4, 8, 3], (4, 8, 3)).stage == "type"
 
 

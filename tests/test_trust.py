@@ -3,8 +3,8 @@ student and a hostile case author, each a test."""
 
 import csv
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +19,9 @@ REFERENCE = Path(reference.__file__).read_text(encoding="utf-8")
 
 
 def _grade(*args):
-    return subprocess.run([sys.executable, "-m", "attention_core", "grade", *map(str, args)], capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "attention_core", "grade", *map(str, args)], capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.grading
@@ -42,7 +43,9 @@ def test_a_linked_submission_is_never_followed_and_gets_its_own_row(tmp_path):
 
 @pytest.mark.grading
 def test_a_complex_answer_whose_real_part_is_right_fails_by_name(tmp_path):
-    complex_softmax = REFERENCE + "\n_s = softmax\n\ndef softmax(x, dim=-1):\n    return _s(x, dim).to(torch.complex64)\n"
+    complex_softmax = (
+        REFERENCE + "\n_s = softmax\n\ndef softmax(x, dim=-1):\n    return _s(x, dim).to(torch.complex64)\n"
+    )
     (tmp_path / "c.py").write_text(complex_softmax)
     run = _grade(tmp_path / "c.py", "--out", tmp_path / "out")
     results = json.loads((folder(tmp_path / "out", "c") / "results.json").read_text())
@@ -55,8 +58,10 @@ def _load_error(tmp_path, text, name="x.yaml"):
     return [i for i in runner.collect(tmp_path) if i.error is not None]
 
 
-GOOD = ("document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0]}\n"
-        "    checks:\n      - {id: k, call: softmax(x), expect: {out: [1.0]}}\n")
+GOOD = (
+    "document: {title: T}\ncases:\n  - id: c\n    inputs: {x: [1.0]}\n"
+    "    checks:\n      - {id: k, call: softmax(x), expect: {out: [1.0]}}\n"
+)
 
 
 def test_points_are_finite_and_bounded(tmp_path):
@@ -87,16 +92,33 @@ def test_submission_ids_are_their_paths_never_reach_outside_out_nor_the_batchs_o
     (subs / "...py").write_text(REFERENCE)
     (subs / "gradebook.csv.py").write_text(REFERENCE)
     (subs / "ev\x1b[31mil.py").write_text(REFERENCE)
-    given = ["subs/dirA/alice.py", "subs/dirB/alice.py", "subs/alice-2.py", "subs/...py", "subs/gradebook.csv.py",
-             "subs/ev\x1b[31mil.py"]
-    run = subprocess.run([sys.executable, "-m", "attention_core", "grade", *given, "--out", "out"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=600)
+    given = [
+        "subs/dirA/alice.py",
+        "subs/dirB/alice.py",
+        "subs/alice-2.py",
+        "subs/...py",
+        "subs/gradebook.csv.py",
+        "subs/ev\x1b[31mil.py",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "attention_core", "grade", *given, "--out", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "\x1b" not in run.stdout and "ev\\x1b[31mil" in run.stdout
     scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
     full = scores["subs/dirA/alice"]
-    assert scores == {"subs/dirA/alice": full, "subs/dirB/alice": "0", "subs/alice-2": full, "subs/...py": full,
-                      "subs/gradebook.csv": full, "subs/ev\\x1b[31mil": full}
+    assert scores == {
+        "subs/dirA/alice": full,
+        "subs/dirB/alice": "0",
+        "subs/alice-2": full,
+        "subs/...py": full,
+        "subs/gradebook.csv": full,
+        "subs/ev\\x1b[31mil": full,
+    }
     with open(tmp_path / "out" / "gradebook.csv", encoding="utf-8") as handle:
         assert sorted(row["submission"] for row in csv.DictReader(handle)) == sorted(scores)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "subs"]  # nothing written beside --out
@@ -107,7 +129,9 @@ def test_submission_ids_are_their_paths_never_reach_outside_out_nor_the_batchs_o
 
 @pytest.mark.grading
 def test_an_input_changed_in_place_is_told_by_the_grader_whatever_the_submission_patches(tmp_path):
-    hiding = REFERENCE + '''
+    hiding = (
+        REFERENCE
+        + """
 _a = attention
 torch.equal = lambda a, b: True  # what the submission's own process would compare with
 torch.Tensor.__eq__ = lambda a, b: torch.ones_like(a, dtype=torch.bool)
@@ -116,19 +140,22 @@ torch.Tensor.__eq__ = lambda a, b: torch.ones_like(a, dtype=torch.bool)
 def attention(q, k, v, mask=None, scale=None):
     q.mul_(2.0)  # changes the caller's tensor, then undoes its effect on the result
     return _a(q / 2.0, k, v, mask, scale)
-'''
+"""
+    )
     (tmp_path / "hiding.py").write_text(hiding)
     run = _grade(tmp_path / "hiding.py", "--out", tmp_path / "out")
     results = json.loads((folder(tmp_path / "out", "hiding") / "results.json").read_text())
     backward = [t for t in results["tests"] if t["name"].endswith("/backward") and "attention(" in t["output"]]
-    assert backward and any("changed its input `q` in place" in t["output"] and t["score"] == 0 for t in backward), \
+    assert backward and any("changed its input `q` in place" in t["output"] and t["score"] == 0 for t in backward), (
         run.stderr[-1000:]
+    )
 
 
 def test_a_results_json_is_cut_to_under_1_mb_however_many_long_outputs_it_holds():
     from attention_core.grading import gradescope  # noqa: PLC0415
     from attention_core.grading.grader import Grade, SubmissionGrade  # noqa: PLC0415
     from attention_core.harness.checking.results import Result, Status  # noqa: PLC0415
+
     graded = SubmissionGrade("s", Path("s.py"), note="printed " * 2000)
     for i in range(400):
         result = Result(Status.IMPLEMENTATION_ERROR, f"f/c/{i}", "f.yaml:1", message="\u00e9 raised " + "x" * 9000)
@@ -146,20 +173,29 @@ cases:
     inputs:
       b: {expr: "ones(1200, 1200) / 1200"}
     checks:
-""" + "".join(f"""      - id: c{i}
+""" + "".join(
+    f"""      - id: c{i}
         expr: "(b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b @ b).sum()"
         expect:
           out: 16.0
-""" for i in range(40))
+"""
+    for i in range(40)
+)
 
 
 def test_a_file_cheap_to_write_and_slow_to_run_runs_out_of_its_time_budget_while_its_neighbours_run(tmp_path):
     import shutil  # noqa: PLC0415
+
     (tmp_path / "slow.yaml").write_text(SLOW, encoding="utf-8")
     shutil.copy(runner.default_cases_folder() / "001_self_attention.yaml", tmp_path)
     env = dict(os.environ, ATTENTION_CORE_CASE_SECONDS="0.25", ATTENTION_CORE_FILE_SECONDS="1")
-    run = subprocess.run([sys.executable, "-m", "attention_core", "check", "--cases", str(tmp_path), "--device", "cpu"],
-                         capture_output=True, text=True, timeout=120, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "attention_core", "check", "--cases", str(tmp_path), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 1, out
     assert re.search(r"001_self_attention .* 13 +0 +0 +0", out), out  # the neighbour ran, every check passed

@@ -14,8 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 STEP = re.compile(r"<!-- tutorial: (\w+)(?: (\S+))? -->\n(?:```\w*\n(.*?)^```\n)?", re.MULTILINE | re.DOTALL)
 
@@ -50,8 +48,9 @@ def test_the_tutorial_has_every_step():
 def test_the_tutorial_runs_as_written(tmp_path):
     (tmp_path / "cases").mkdir()
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_cases.py").write_text((ROOT / "tests" / "test_cases.py").read_text(encoding="utf-8"),
-                                                      encoding="utf-8")
+    (tmp_path / "tests" / "test_cases.py").write_text(
+        (ROOT / "tests" / "test_cases.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     said = ""
     for kind, path, block in steps():
@@ -68,12 +67,14 @@ def test_the_tutorial_runs_as_written(tmp_path):
             for line in filter(None, block.splitlines()):
                 argv = shlex.split(line)
                 assert argv[0] == "python"
-                run = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
-                                     text=True, timeout=300)
+                run = subprocess.run(
+                    [sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+                )
                 assert run.returncode == 0, f"{line}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
                 said = run.stdout
     # The end of the tutorial: a clean lint and a passing check, its snapshot written.
     assert (tmp_path / "tests" / "__snapshots__" / "test_cases" / "softmax_demo.in_3.weights.txt").exists()
-    lint = subprocess.run([sys.executable, "-m", "attention_core", "lint", "cases"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True)
+    lint = subprocess.run(
+        [sys.executable, "-m", "attention_core", "lint", "cases"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert (lint.returncode, lint.stdout) == (0, "0 errors, 0 warnings\n")

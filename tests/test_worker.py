@@ -82,8 +82,21 @@ def test_results_not_kept_come_back_as_their_shape_and_dtype_alone(submit):
 
 def test_values_of_every_kind_cross_both_ways(submit):
     s = submit("def split_heads(x, n_heads):\n    return x, n_heads\n")
-    args = ((torch.arange(6).reshape(2, 3), None, True, 2, 0.5, "s", [1.5, (2,)], torch.device("cpu"),
-             torch.zeros(0, 3, dtype=torch.bfloat16), torch.tensor([True, False])), torch.float16)
+    args = (
+        (
+            torch.arange(6).reshape(2, 3),
+            None,
+            True,
+            2,
+            0.5,
+            "s",
+            [1.5, (2,)],
+            torch.device("cpu"),
+            torch.zeros(0, 3, dtype=torch.bfloat16),
+            torch.tensor([True, False]),
+        ),
+        torch.float16,
+    )
     outcome = s.call("split_heads", args)
     assert outcome.status == "ok"
     sent, got = args[0], outcome.value[0]
@@ -114,8 +127,11 @@ def test_an_exception_is_raised_with_the_submissions_traceback_lines_only(submit
     assert outcome.status == "raised"
     assert outcome.message.startswith("RuntimeError: shape '[7]' is invalid")
     assert outcome.traceback == (
-        '  File "sub.py", line 7, in layer_norm', "    return helper(x)",
-        '  File "sub.py", line 3, in helper', "    return x.reshape(7)")
+        '  File "sub.py", line 7, in layer_norm',
+        "    return helper(x)",
+        '  File "sub.py", line 3, in helper',
+        "    return x.reshape(7)",
+    )
     assert outcome.output == "normalising\n"
 
 
@@ -131,28 +147,37 @@ def test_a_hang_times_out_keeps_its_output_and_the_next_call_works(submit):
 
 
 def test_a_time_limit_counts_cpu_time_and_a_call_that_only_waits_ends_at_twice_its_limit(submit):
-    s = submit(SOFTMAX + """
+    s = submit(
+        SOFTMAX
+        + """
 import time
 
 def layer_norm(x, eps=1e-5):
     time.sleep(float(x.sum()))  # waits: no CPU time
     return x
-""", budget=3.0)
+""",
+        budget=3.0,
+    )
     for _ in range(3):  # each waits longer than its limit of CPU time
         waited = s.call("layer_norm", (torch.tensor([0.4]),), timeout=0.3)
         assert waited.status == "ok" and waited.seconds >= 0.4, waited.message
     asleep = s.call("layer_norm", (torch.tensor([30.0]),), timeout=0.3)
-    assert (asleep.status, asleep.message) == ("timeout", "the call did not return within 0.6 s (2 times its limit "
-                                               "of 0.3 s of CPU time: it waited rather than computed)")
+    assert (asleep.status, asleep.message) == (
+        "timeout",
+        "the call did not return within 0.6 s (2 times its limit of 0.3 s of CPU time: it waited rather than computed)",
+    )
     assert 0.6 <= asleep.seconds < 5
 
 
-@pytest.mark.parametrize("body, reason", [
-    ("import os; os._exit(0)", "the submission's process died (exit code 0)"),
-    ("import ctypes; ctypes.string_at(0)", "the submission's process died (killed by signal 11, SIGSEGV)"),
-    ("import sys; sys.exit(3)", "the call raised SystemExit: 3"),
-    ("raise KeyboardInterrupt", "the call raised KeyboardInterrupt"),
-])
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ("import os; os._exit(0)", "the submission's process died (exit code 0)"),
+        ("import ctypes; ctypes.string_at(0)", "the submission's process died (killed by signal 11, SIGSEGV)"),
+        ("import sys; sys.exit(3)", "the call raised SystemExit: 3"),
+        ("raise KeyboardInterrupt", "the call raised KeyboardInterrupt"),
+    ],
+)
 def test_a_crash_says_why_and_the_child_is_replaced(submit, body, reason):
     s = submit(SOFTMAX + f"\ndef causal_average(x):\n    {body}\n")
     first = s.pid
@@ -178,13 +203,20 @@ def test_an_import_that_hangs_is_an_import_error(submit, worker):
         s = submit("print('importing')\nwhile True:\n    pass\n")
     finally:
         worker.import_timeout = timeout
-    assert (s.status, s.message, s.output) == ("import error", "the import did not finish within 0.5 s of CPU time", "importing\n")
+    assert (s.status, s.message, s.output) == (
+        "import error",
+        "the import did not finish within 0.5 s of CPU time",
+        "importing\n",
+    )
     assert s.pid is None
 
 
 def test_a_submission_set_up_ahead_runs_nothing_until_started(submit):
-    s = submit("import time\nimport torch\nIMPORTED = time.time()\n\n"
-               "def causal_average(x):\n    return torch.tensor([IMPORTED], dtype=torch.float64)\n", start=False)
+    s = submit(
+        "import time\nimport torch\nIMPORTED = time.time()\n\n"
+        "def causal_average(x):\n    return torch.tensor([IMPORTED], dtype=torch.float64)\n",
+        start=False,
+    )
     assert s.status is None and s.pid is not None  # its process is there, its sandbox built
     time.sleep(0.5)
     before = time.time()
@@ -201,7 +233,9 @@ def test_memory_beyond_the_cap_cannot_be_had(submit):
 
 def test_a_folder_submission_imports_its_own_helpers(worker, tmp_path):
     (tmp_path / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
-    (tmp_path / "solution.py").write_text("from helpers import double\n\ndef causal_average(x):\n    return double(x)\n")
+    (tmp_path / "solution.py").write_text(
+        "from helpers import double\n\ndef causal_average(x):\n    return double(x)\n"
+    )
     with worker.open(tmp_path, entry="solution.py") as s:
         assert s.call("causal_average", (torch.ones(2),)).value.tolist() == [2.0, 2.0]
     with worker.open(tmp_path, entry="attention.py") as misnamed:
@@ -274,9 +308,13 @@ def test_a_shared_argument_goes_by_name_and_every_call_gets_a_fresh_copy(tmp_pat
 
 def test_a_shared_argument_kept_by_one_call_and_changed_in_a_later_one_reaches_the_next_call_untouched(tmp_path):
     big = torch.arange(70_000, dtype=torch.float32)
-    with sharing(tmp_path, big, "KEPT = []\n"
-                                "def softmax(x, dim=-1):\n    KEPT.append(x)\n    return x.clone()\n"
-                                "def causal_average(x):\n    KEPT[0].fill_(7)\n    return x\n") as s:
+    with sharing(
+        tmp_path,
+        big,
+        "KEPT = []\n"
+        "def softmax(x, dim=-1):\n    KEPT.append(x)\n    return x.clone()\n"
+        "def causal_average(x):\n    KEPT[0].fill_(7)\n    return x\n",
+    ) as s:
         first = s.call("softmax", (big,))
         assert s.call("causal_average", (torch.ones(2),)).mutated == ()  # not its own argument
         again = s.call("softmax", (big,), {"dim": 0})
@@ -301,9 +339,13 @@ def test_a_shared_tensor_tells_its_untouched_view_from_a_written_one_by_the_page
 
 def test_a_shared_argument_is_reported_changed_by_its_values_not_by_the_pages_written(tmp_path):
     big = torch.arange(70_000, dtype=torch.float32)
-    with sharing(tmp_path, big, "def softmax(x, dim=-1):\n    x.mul_(1.0)\n    return x.clone()\n"
-                                "def causal_average(x):\n    x[-1] += 1\n    return x.clone()\n"
-                                "def layer_norm(x, eps=1e-5):\n    return x * 2\n") as s:
+    with sharing(
+        tmp_path,
+        big,
+        "def softmax(x, dim=-1):\n    x.mul_(1.0)\n    return x.clone()\n"
+        "def causal_average(x):\n    x[-1] += 1\n    return x.clone()\n"
+        "def layer_norm(x, eps=1e-5):\n    return x * 2\n",
+    ) as s:
         rewritten, changed, read = (s.call(name, (big,)) for name in ("softmax", "causal_average", "layer_norm"))
     assert rewritten.mutated == () and changed.mutated == (0,) and read.mutated == ()
     assert torch.equal(read.value, big * 2)
@@ -311,7 +353,9 @@ def test_a_shared_argument_is_reported_changed_by_its_values_not_by_the_pages_wr
 
 def test_a_shared_argument_given_twice_in_one_call_arrives_as_two_tensors(tmp_path):
     big = torch.arange(70_000, dtype=torch.float32)
-    with sharing(tmp_path, big, "def attention(q, k, v, mask=None, scale=None):\n    q.mul_(2)\n    return k + v\n") as s:
+    with sharing(
+        tmp_path, big, "def attention(q, k, v, mask=None, scale=None):\n    q.mul_(2)\n    return k + v\n"
+    ) as s:
         outcome = s.call("attention", (big, big, big))
     assert torch.equal(outcome.value, big + big)  # q doubled in place, k and v untouched
     assert outcome.mutated == (0,)
@@ -390,8 +434,9 @@ def test_the_server_never_imports_the_package(submit, worker):
     assert not [m for m in worker.server_modules() if m.split(".")[0] == "attention_core"]
     cmdline = open(f"/proc/{worker.pid}/cmdline", "rb").read().split(b"\0")
     assert cmdline[1:3] == [b"-I", b"-S"] and cmdline[3].endswith(b"attention_core/grading/worker.py")
-    s = submit("import sys\nprint([m for m in sys.modules if 'attention_core' in m])\n"
-               "def softmax(x, dim=-1):\n    return x\n")
+    s = submit(
+        "import sys\nprint([m for m in sys.modules if 'attention_core' in m])\ndef softmax(x, dim=-1):\n    return x\n"
+    )
     assert s.output == "[]\n"
 
 
@@ -415,8 +460,9 @@ def test_a_reply_over_the_limit_is_refused(submit, worker):
         assert big.status == "raised" and big.message == "the result is 40100 bytes, over the limit of 10000"
         forged = s.call("causal_average", (torch.ones(1),))
         assert forged.status == "crashed"
-        assert forged.message.startswith(f"the reply is {(1 << 40) + 16} bytes, over the 10000 bytes this call can "
-                                         f"need")
+        assert forged.message.startswith(
+            f"the reply is {(1 << 40) + 16} bytes, over the 10000 bytes this call can need"
+        )
     finally:
         worker.reply_limit = limit
 
@@ -432,8 +478,11 @@ def test_a_reply_over_what_its_call_can_need_fails_that_call_alone(submit):
             return x.cumsum(-2) / torch.arange(1, x.shape[-2] + 1)[:, None]
     """)
     big = s.call("softmax", (torch.ones(3),), limit=64_000)
-    assert big.status == "crashed" and big.message.startswith("the reply is ") and \
-        "over the 64000 bytes this call can need" in big.message
+    assert (
+        big.status == "crashed"
+        and big.message.startswith("the reply is ")
+        and "over the 64000 bytes this call can need" in big.message
+    )
     right = s.call("causal_average", (torch.ones(2, 3),), limit=64_000)  # the process replaced: the next call runs
     assert right.status == "ok" and torch.equal(right.value, torch.ones(2, 3))
 
@@ -445,8 +494,11 @@ def test_the_time_budget_ends_calls_once_spent(submit):
     # Cut to what is left of the budget (imports counted): of its CPU time, or of its wall-clock time, which
     # the first call and the replacement's import spent a little more of.
     assert second.status == "timeout" and second.seconds < 0.6, second.message
-    assert re.fullmatch(r"the call did not return within 0\.\d+ s of CPU time|the submission's time budget of 1 s "
-                        r"is spent \(in wall-clock time: it waited rather than computed\)", second.message)
+    assert re.fullmatch(
+        r"the call did not return within 0\.\d+ s of CPU time|the submission's time budget of 1 s "
+        r"is spent \(in wall-clock time: it waited rather than computed\)",
+        second.message,
+    )
     spent = s.call("softmax", (torch.ones(1),))
     assert (spent.status, spent.message) == ("timeout", "the submission's time budget of 1 s is spent")
 
@@ -487,7 +539,7 @@ def test_closing_kills_the_child_and_what_it_started(worker, tmp_path):
         if host_pids(marker):
             break
         time.sleep(0.02)
-    grandchild, = host_pids(marker)
+    (grandchild,) = host_pids(marker)
     assert alive(child) and alive(grandchild)
     s.close()
     assert not alive(child)
@@ -510,12 +562,15 @@ def test_closing_the_worker_ends_the_server_and_every_child(tmp_path):
     assert "Z" not in zombies.stdout
 
 
-@pytest.mark.parametrize("body, error", [
-    ({"tensor": ["float32", [2], 0, 4]}, "4 bytes for a float32 tensor of shape (2,)"),
-    ({"tensor": ["object", [1], 0, 8]}, "dtype not allowed on the wire: object"),
-    ({"tensor": ["float64", [1], 8, 8]}, "a tensor's bytes lie outside the message"),
-    ({"pickle": "gASVAAAA"}, "unknown value in a message"),
-])
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ({"tensor": ["float32", [2], 0, 4]}, "4 bytes for a float32 tensor of shape (2,)"),
+        ({"tensor": ["object", [1], 0, 8]}, "dtype not allowed on the wire: object"),
+        ({"tensor": ["float64", [1], 8, 8]}, "a tensor's bytes lie outside the message"),
+        ({"pickle": "gASVAAAA"}, "unknown value in a message"),
+    ],
+)
 def test_the_wire_refuses_malformed_tensors(body, error):
     import json
 
@@ -526,13 +581,15 @@ def test_the_wire_refuses_malformed_tensors(body, error):
 def test_the_wire_names_what_it_does_not_carry():
     data = wire.encode({"a": {1, 2}, "b": torch.ones(2).to_sparse()})
     n_text, _ = wire.HEADER.unpack_from(data)
-    value = wire.decode(data[16:16 + n_text], bytearray())
+    value = wire.decode(data[16 : 16 + n_text], bytearray())
     assert value == {"a": wire.Opaque("set"), "b": wire.Opaque("tensor (torch.sparse_coo, cpu)")}
 
 
 def test_a_submission_holds_no_descriptor_but_its_own(worker, tmp_path):
     path = tmp_path / "fds.py"
-    path.write_text("import os\n\ndef causal_average(x):\n    raise RuntimeError(sorted(map(int, os.listdir('/proc/self/fd'))))\n")
+    path.write_text(
+        "import os\n\ndef causal_average(x):\n    raise RuntimeError(sorted(map(int, os.listdir('/proc/self/fd'))))\n"
+    )
     first, second = worker.open(path), worker.open(path)  # the first's pipes are open in the server meanwhile
     try:
         outcome = second.call("causal_average", (torch.ones(1),))
@@ -562,6 +619,7 @@ def softmax(x, dim=-1):
 
 def cgroup_v1_writable():
     from attention_core.grading import cgroups
+
     dirs = cgroups.dirs("attention-sandbox-probe")
     if set(dirs) != {"memory", "pids"} or os.geteuid() != 0:
         return False
@@ -578,6 +636,7 @@ def cgroup_v1_writable():
 @pytest.mark.skipif(not cgroup_v1_writable(), reason="no writable v1 memory and pids cgroups here (root only)")
 def test_a_cgroup_bounds_the_memory_of_all_of_a_submissions_processes_together(tmp_path):
     from attention_core.grading import cgroups
+
     path = tmp_path / "fork_memory.py"
     path.write_text(FORK_MEMORY)
     with Worker(memory_limit=3 << 29) as w:  # 1.5 GiB: one 700 MB block fits a process, three do not fit one cgroup
@@ -637,10 +696,12 @@ def test_a_submission_has_its_own_ipc_namespace(submit):
 def test_when_the_server_dies_the_submission_and_what_it_started_die_too(tmp_path):
     marker = f"orphan-{os.getpid()}-{time.monotonic_ns()}"
     path = tmp_path / "sleeper.py"
-    path.write_text(f"import subprocess\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 600', {marker!r}],"
-                    f" start_new_session=False)  # (a session of its own is refused)\n")
+    path.write_text(
+        f"import subprocess\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 600', {marker!r}],"
+        f" start_new_session=False)  # (a session of its own is refused)\n"
+    )
     w = Worker()
-    s = w.open(path)
+    w.open(path)
     for _ in range(250):
         if host_pids(marker):
             break
@@ -724,14 +785,26 @@ def test_a_submission_sees_a_fixed_environment_not_the_graders(submit, monkeypat
         print(json.dumps(dict(os.environ)))
     """)
     seen = json.loads(s.output.strip().splitlines()[-1])
-    allowed = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "OMP_NUM_THREADS",
-               "MKL_NUM_THREADS", "HOME", "TMPDIR"}
+    allowed = {
+        "PATH",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "LD_LIBRARY_PATH",
+        "GLIBC_TUNABLES",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "HOME",
+        "TMPDIR",
+    }
     assert {k for k in seen if not k.startswith("LC_")} <= allowed, sorted(seen)
     assert seen["PATH"].split(os.pathsep) == [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]
 
 
 def test_a_submission_s_process_limit_is_its_own_whatever_its_neighbour_holds(submit):
-    hoarder = submit(SOFTMAX + """
+    hoarder = submit(
+        SOFTMAX
+        + """
 import os
 import time
 
@@ -742,8 +815,12 @@ for _ in range(100):  # near the limit of 128 processes, held while the neighbou
         time.sleep(120)
         os._exit(0)
     KIDS.append(pid)
-""", name="hoarder.py")
-    neighbour = submit(SOFTMAX.replace("def softmax(x, dim=-1):", "def softmax(x, dim=-1, _n=[0]):") + """
+""",
+        name="hoarder.py",
+    )
+    neighbour = submit(
+        SOFTMAX.replace("def softmax(x, dim=-1):", "def softmax(x, dim=-1, _n=[0]):")
+        + """
 import os
 import time
 
@@ -760,7 +837,9 @@ def causal_average(x):
             os._exit(0)
         made += 1
     return torch.full((1,), float(made))
-""", name="neighbour.py")
+""",
+        name="neighbour.py",
+    )
     assert hoarder.start().status == "ok", hoarder.message
     if "limits" not in neighbour.start().protections["held"]:
         pytest.skip(f"the limits are not in force here: {neighbour.protections['missing']}")
@@ -790,8 +869,9 @@ def test_a_call_sent_ahead_is_held_to_its_cpu_time_whatever_the_grader_does_mean
 
 
 def test_a_submission_that_only_sleeps_ends_within_its_budget_of_wall_clock_time(submit):
-    s = submit(SOFTMAX + "\nimport time\n\ndef layer_norm(x, eps=1e-5):\n    time.sleep(0.4)\n    return x\n",
-               budget=1.0)
+    s = submit(
+        SOFTMAX + "\nimport time\n\ndef layer_norm(x, eps=1e-5):\n    time.sleep(0.4)\n    return x\n", budget=1.0
+    )
     start = time.monotonic()
     outcomes = [s.call("layer_norm", (torch.full((1,), float(i)),), timeout=1.0) for i in range(5)]  # 5 calls
     assert outcomes[0].status == "ok" and outcomes[-1].status == "timeout"

@@ -36,18 +36,24 @@ def test_each_key_and_value_keeps_its_line_and_column_a_merged_one_its_own_place
     assert shared["a"] is shared["b"]  # an alias is its anchor's value, shared, never copied
 
 
-@pytest.mark.parametrize(("text", "where", "words"), [
-    ("a: !!set {x, y}\n", (1, 4), "unknown YAML tag 'tag:yaml.org,2002:set'"),
-    ("a: 1\na: 2\n", (2, 1), "duplicate key 'a'"),
-    ("? [1, 2]\n: x\n", (1, 3), "a mapping key must be a plain word"),
-    ("a: &x [1, *x]\n", (1, 11), "a YAML alias refers to a node that contains it"),
-    ("b: {<<: 1}\n", (1, 9), "a merge key ('<<') takes a mapping or a list of mappings"),
-    ("a: 1\n---\nb: 2\n", (2, 1), "YAML syntax error: expected a single document in the stream"),
-    ("a: *nope\n", (1, 4), "YAML syntax error: found undefined alias 'nope'"),
-    # found lines later: where the unclosed bracket was opened is said too
-    ("a:\n  x: [1.0,\n 2.0\nz: 3\n", (4, 2),
-     "while parsing a flow sequence opened at line 2, column 6, did not find expected ',' or ']'"),
-])
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        ("a: !!set {x, y}\n", (1, 4), "unknown YAML tag 'tag:yaml.org,2002:set'"),
+        ("a: 1\na: 2\n", (2, 1), "duplicate key 'a'"),
+        ("? [1, 2]\n: x\n", (1, 3), "a mapping key must be a plain word"),
+        ("a: &x [1, *x]\n", (1, 11), "a YAML alias refers to a node that contains it"),
+        ("b: {<<: 1}\n", (1, 9), "a merge key ('<<') takes a mapping or a list of mappings"),
+        ("a: 1\n---\nb: 2\n", (2, 1), "YAML syntax error: expected a single document in the stream"),
+        ("a: *nope\n", (1, 4), "YAML syntax error: found undefined alias 'nope'"),
+        # found lines later: where the unclosed bracket was opened is said too
+        (
+            "a:\n  x: [1.0,\n 2.0\nz: 3\n",
+            (4, 2),
+            "while parsing a flow sequence opened at line 2, column 6, did not find expected ',' or ']'",
+        ),
+    ],
+)
 def test_what_yaml_refuses_is_a_case_error_at_its_line(text, where, words):
     with pytest.raises(CaseError) as caught:
         yaml_lines.parse(text)
@@ -61,10 +67,13 @@ def test_a_plain_numbers_text_is_read_again_wherever_it_stands():
         yaml_lines.parse("a: 1\nb: !!int 0x_\n")
 
 
-@pytest.mark.parametrize(("text", "line", "column", "shown"), [
-    ("document: {title: a}\ncases:\n  - id: x\x1b[31m\n", 3, 10, "\\x1b (U+001B)"),
-    ('document: {title: "ab\x00c"}\n', 1, 22, "\\x00 (U+0000)"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "column", "shown"),
+    [
+        ("document: {title: a}\ncases:\n  - id: x\x1b[31m\n", 3, 10, "\\x1b (U+001B)"),
+        ('document: {title: "ab\x00c"}\n', 1, 22, "\\x00 (U+0000)"),
+    ],
+)
 def test_a_character_yaml_does_not_allow_is_named_escaped_at_its_line_and_column(text, line, column, shown):
     with pytest.raises(CaseError) as err:
         yaml_lines.parse(text)
@@ -72,10 +81,24 @@ def test_a_character_yaml_does_not_allow_is_named_escaped_at_its_line_and_column
     assert err.value.message == f"the character {shown} is not allowed in YAML: remove it"
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("1:30", "1:30"), ("010", 10), ("yes", "yes"), ("on", "on"), ("1e-7", 1e-7), ("0o17", 15), ("0x1F", 31),
-    ("2024-02-30", "2024-02-30"), ("1_000", "1_000"), ("True", True), ("~", None), ("-.5", -0.5), (".NaN", "nan"),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1:30", "1:30"),
+        ("010", 10),
+        ("yes", "yes"),
+        ("on", "on"),
+        ("1e-7", 1e-7),
+        ("0o17", 15),
+        ("0x1F", 31),
+        ("2024-02-30", "2024-02-30"),
+        ("1_000", "1_000"),
+        ("True", True),
+        ("~", None),
+        ("-.5", -0.5),
+        (".NaN", "nan"),
+    ],
+)
 def test_scalars_are_read_with_yaml_1_2_meanings(text, value):
     read = yaml_lines.parse(f"a: {text}\n")["a"]
     if value == "nan":
@@ -85,6 +108,9 @@ def test_scalars_are_read_with_yaml_1_2_meanings(text, value):
 
 
 def test_a_file_large_without_aliases_is_told_so_not_blamed_on_aliases():
-    with pytest.raises(CaseError, match=r"this value holds more than 1000000 values; the limit is 1000000 for a "
-                                        r"whole file \(draw large tensors from a seed instead\)"):
+    with pytest.raises(
+        CaseError,
+        match=r"this value holds more than 1000000 values; the limit is 1000000 for a "
+        r"whole file \(draw large tensors from a seed instead\)",
+    ):
         yaml_lines.parse("a: [" + ", ".join(["1"] * (yaml_lines.MAX_NODES + 1)) + "]\n")

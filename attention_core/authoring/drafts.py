@@ -34,16 +34,21 @@ def schema_line(out, schema):
 def import_notebook(path, out, *, schema):
     """Write the draft of the notebook at ``path`` to ``out``; return (cases, prints) written."""
     cells = notebook.read(path)
-    text = schema_line(out, schema) + draft(cells, title=_title(path), what=f"imported from {Path(path).name}",
-                                            name=str(out))
+    text = schema_line(out, schema) + draft(
+        cells, title=_title(path), what=f"imported from {Path(path).name}", name=str(out)
+    )
     Path(out).write_text(text, encoding="utf-8")
     return len(cells), sum(len(c.prints) for c in cells)
 
 
 def draft(cells, *, title, what, name):
     """The draft case file's text (without its schema line) for ``cells``."""
-    parts = [_HOW.format(what=what, name=name), "document:\n", f"  title: {_quoted(title)}\n",
-             "  # origin: where the notebook is published\n\ncases:\n"]
+    parts = [
+        _HOW.format(what=what, name=name),
+        "document:\n",
+        f"  title: {_quoted(title)}\n",
+        "  # origin: where the notebook is published\n\ncases:\n",
+    ]
     if not cells:
         parts.append("  []  # the notebook printed no tensor\n")
     used = set()
@@ -61,8 +66,13 @@ def _case(cell, case_id):
     lines += ["    inputs: {}  # what the cell computes from\n", "    checks:\n"]
     names, used = _check_names(cell), set()
     for print_, name in zip(cell.prints, names):
-        lines += [f"      - id: {_unique(name, used)}\n", f"        pending: {_quoted(PENDING_CHECK)}\n",
-                  "        expect:\n", "          out:\n", "            pending: true\n"]
+        lines += [
+            f"      - id: {_unique(name, used)}\n",
+            f"        pending: {_quoted(PENDING_CHECK)}\n",
+            "        expect:\n",
+            "          out:\n",
+            "            pending: true\n",
+        ]
         if print_.text.startswith("torch.Size"):
             lines.append(f"            shape: {_quoted(print_.text)}\n")
             continue
@@ -110,6 +120,7 @@ def _title(path):
     path = Path(path)
     if path.suffix == ".ipynb":
         import nbformat  # noqa: PLC0415
+
         sources = [c.source for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "markdown"]
     else:
         sources = [path.read_text(encoding="utf-8").split("\nIn [", 1)[0]]

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from attention_core.harness.checking import refusals, runner
+from attention_core.harness.checking.inputs import InputError, materialise
 from attention_core.harness.reading import yaml_lines
 from attention_core.harness.reading.cases import find_case_files, load_file, shown_path
-from attention_core.harness.checking.inputs import InputError, materialise
 from attention_core.harness.reading.model import waiting
 from attention_core.harness.text import escape, shorten
 
@@ -66,10 +66,17 @@ def lint_file(path, assignment=None):
         findings += [at(line, "error", message) for line, message in dry_run(case, case_file.assignment)]
         for check in case.checks:
             findings += [at(line, "warning", f"pending: {message}") for line, message in waiting(check)]
-            findings += [at(e.line, "warning", f"recorded, not reviewed: the expectation for {e.target!r} was "
-                                               f"computed by {e.recorded}; compare it with the document, then "
-                                               f"remove 'recorded'")
-                         for e in check.expectations if getattr(e, "recorded", None)]
+            findings += [
+                at(
+                    e.line,
+                    "warning",
+                    f"recorded, not reviewed: the expectation for {e.target!r} was "
+                    f"computed by {e.recorded}; compare it with the document, then "
+                    f"remove 'recorded'",
+                )
+                for e in check.expectations
+                if getattr(e, "recorded", None)
+            ]
     return sorted(findings, key=lambda f: (f.line, f.column))
 
 
@@ -105,8 +112,13 @@ def dry_run(case, assignment):
                 result = check.expr.evaluate(scope, dtype=case.dtype)
             values = scope | dict(zip(check.returns, result if len(check.returns) > 1 else (result,)))
         except Exception as err:  # noqa: BLE001 (what running the check would raise)
-            problems.append((check.line, f"check {check.id!r}: `{shorten(check.expr.source, 80)}` cannot run"
-                                         f"{_shapes(check.expr, scope)}: {shorten(_text(err), 300)}"))
+            problems.append(
+                (
+                    check.line,
+                    f"check {check.id!r}: `{shorten(check.expr.source, 80)}` cannot run"
+                    f"{_shapes(check.expr, scope)}: {shorten(_text(err), 300)}",
+                )
+            )
             continue
         problems += _shape_mismatches(check, values, case.dtype)
     return problems
@@ -128,16 +140,31 @@ def _shape_mismatches(check, values, case_dtype):
         gives = f"`{shorten(check.expr.source, 80)}` gives"
         printed = e.printed if e.kind == "printed" else None
         if shape is not None and tuple(value.shape) != shape:
-            problems.append((e.line, f"the expectation for {e.target!r} has shape {_dims(shape)}, but "
-                                     f"{gives} {_dims(value.shape)}"))
+            problems.append(
+                (e.line, f"the expectation for {e.target!r} has shape {_dims(shape)}, but {gives} {_dims(value.shape)}")
+            )
         elif printed is not None and shape is None and printed.ndim != value.ndim:
-            problems.append((e.line, f"the expectation for {e.target!r} prints {printed.ndim} dimensions, but "
-                                     f"{gives} {value.ndim} ({_dims(value.shape)})"))
+            problems.append(
+                (
+                    e.line,
+                    f"the expectation for {e.target!r} prints {printed.ndim} dimensions, but "
+                    f"{gives} {value.ndim} ({_dims(value.shape)})",
+                )
+            )
         elif printed is not None and printed.dtype and printed.dtype != str(value.dtype).removeprefix("torch."):
-            hint = (f"; if the document computed in {printed.dtype}, set `dtype: {printed.dtype}` on the case "
-                    f"(it is {str(case_dtype).removeprefix('torch.')})" if value.is_floating_point() else "")
-            problems.append((e.line, f"the expectation for {e.target!r} prints dtype=torch.{printed.dtype}, but "
-                                     f"{gives} {value.dtype}{hint}"))
+            hint = (
+                f"; if the document computed in {printed.dtype}, set `dtype: {printed.dtype}` on the case "
+                f"(it is {str(case_dtype).removeprefix('torch.')})"
+                if value.is_floating_point()
+                else ""
+            )
+            problems.append(
+                (
+                    e.line,
+                    f"the expectation for {e.target!r} prints dtype=torch.{printed.dtype}, but "
+                    f"{gives} {value.dtype}{hint}",
+                )
+            )
     return problems
 
 
@@ -170,4 +197,3 @@ def _lines(path):
 def _indent(lines, line):
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     return len(text) - len(text.lstrip(" -")) + 1 if text.strip() else 1
-

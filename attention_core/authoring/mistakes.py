@@ -32,7 +32,14 @@ def scaffold(chosen, slug):
     tree = ast.parse(source)
     first = tree.body[0] if tree.body else None
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        source = "".join(source.splitlines(keepends=True)[first.end_lineno:]).lstrip("\n")  # the mistake's instead
-    path.write_text(TEMPLATE.format(what="<the mistake, as a student reads it: what the code does wrong>",
-                                    fix="<how to put it right, one sentence>") + "\n" + source, encoding="utf-8")
+        source = "".join(source.splitlines(keepends=True)[first.end_lineno :]).lstrip("\n")  # the mistake's instead
+    path.write_text(
+        TEMPLATE.format(
+            what="<the mistake, as a student reads it: what the code does wrong>",
+            fix="<how to put it right, one sentence>",
+        )
+        + "\n"
+        + source,
+        encoding="utf-8",
+    )
     return path

@@ -73,15 +73,16 @@ def read_text_export(text):
     starts = list(CELL.finditer(text))
     cells = []
     for i, start in enumerate(starts):
-        body = text[start.end() + 1:starts[i + 1].start() if i + 1 < len(starts) else len(text)]
+        body = text[start.end() + 1 : starts[i + 1].start() if i + 1 < len(starts) else len(text)]
         first = _START.search(body)
         if first is None:
             continue
         line_start = body.rfind("\n", 0, first.start()) + 1
         previous_start = body.rfind("\n", 0, max(line_start - 1, 0)) + 1
         # print("label\n", t): the label has a line of its own; so has a Parameter's heading
-        if line_start and (body[line_start:first.start()] == " "
-                           or body[previous_start:line_start].strip() == _PARAMETER):
+        if line_start and (
+            body[line_start : first.start()] == " " or body[previous_start:line_start].strip() == _PARAMETER
+        ):
             line_start = previous_start
         prints = find_prints(body[line_start:])
         if prints:
@@ -97,9 +98,9 @@ def find_prints(output):
         if match.start() < end:
             continue  # inside the previous print
         line_start = max(output.rfind("\n", 0, match.start()) + 1, end)
-        label = output[line_start:match.start()]
+        label = output[line_start : match.start()]
         text_end, complete = _extent(output, match.start())
-        text = output[match.start():text_end]
+        text = output[match.start() : text_end]
         if label == " " or not label:  # a label on the line before, or "Parameter containing:"
             previous_start = output.rfind("\n", 0, max(line_start - 1, 0)) + 1
             previous = output[previous_start:line_start].strip() if previous_start >= end and line_start else ""
@@ -127,7 +128,7 @@ def _extent(text, start):
             if depth == 0:
                 return i + 1, True
         elif char == "\n":
-            rest = text[i + 1:]
+            rest = text[i + 1 :]
             after = rest.lstrip(" \t\n") if not rest[:1].strip() else rest
             indented = bool(re.match(r"[ \t]+\S", rest)) and not rest.split("\n", 1)[0].strip() == ""
             if not (indented or (after.startswith("[") and rest[:1] in "\n \t" and rest.strip())):

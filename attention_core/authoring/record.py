@@ -17,8 +17,8 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from attention_core.harness.checking import calls, torch_route
-from attention_core.harness.reading.cases import load_file
 from attention_core.harness.checking.inputs import materialise
+from attention_core.harness.reading.cases import load_file
 from attention_core.harness.reading.model import waiting
 
 TORCH_ROUTE = "torch's functions in float64, cast to {dtype}"
@@ -72,8 +72,12 @@ def record(path, *, case_id=None, assignment=None):
 
 def pending_checks(path):
     """The checks of ``path`` that stay drafts after recording (their computation is not written)."""
-    return [f"{case.id}/{check.id}" for case in load_file(path).cases for check in case.checks
-            if check.expr is None and waiting(check)]
+    return [
+        f"{case.id}/{check.id}"
+        for case in load_file(path).cases
+        for check in case.checks
+        if check.expr is None and waiting(check)
+    ]
 
 
 def _compute(case, check, assignment):
@@ -87,8 +91,7 @@ def _compute(case, check, assignment):
     try:
         scope = materialise(case, dtype=torch.float64)
         functions = torch_route.FUNCTIONS if check.kind == "call" and assignment.builtin else reference
-        outputs = calls.call(check, check.expr, scope, functions, "cpu", case, reference=reference,
-                               dtype=torch.float64)
+        outputs = calls.call(check, check.expr, scope, functions, "cpu", case, reference=reference, dtype=torch.float64)
         values = calls.targets(check, scope, outputs, "cpu", torch.float64)
         how = TORCH_ROUTE.format(dtype=dtype) if independent else TEACHER_ROUTE.format(dtype=dtype)
         return {k: _cast(v, case.dtype) for k, v in values.items()}, how

@@ -57,13 +57,17 @@ def assess(chosen):
     verdicts = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for source, mutant in [*(("library", m) for m in library), *(("own", m) for m in own),
-                               *(("generated", m) for m in made)]:
+        for source, mutant in [
+            *(("library", m) for m in library),
+            *(("own", m) for m in own),
+            *(("generated", m) for m in made),
+        ]:
             owners = {generated.owner_of(mutant)} if source == "generated" else set(mutant.functions)
             reach = owners | {name for name, called in callers.items() if owners & set(called)}
             functions = {**reference, **mutant.functions}
-            caught = _first_catch([i for i in items if i.check.function in reach], probes, owners, functions,
-                                  preparation)
+            caught = _first_catch(
+                [i for i in items if i.check.function in reach], probes, owners, functions, preparation
+            )
             kind = generated.kind_of(mutant) if source == "generated" else mutant.name.rsplit(":", 1)[-1]
             verdict = Verdict(", ".join(sorted(owners)), mutant.mistake, caught, kind=kind, source=source)
             if caught is None:
@@ -100,8 +104,12 @@ def _same(a, b):
     a = a if isinstance(a, (tuple, list)) else (a,)
     b = b if isinstance(b, (tuple, list)) else (b,)
     return len(a) == len(b) and all(
-        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-        and torch.allclose(x.double(), y.double(), rtol=1e-5, atol=1e-6, equal_nan=True) for x, y in zip(a, b))
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.shape == y.shape
+        and torch.allclose(x.double(), y.double(), rtol=1e-5, atol=1e-6, equal_nan=True)
+        for x, y in zip(a, b)
+    )
 
 
 def report(assessment, *, verbose=False, stream=None):
@@ -113,43 +121,60 @@ def report(assessment, *, verbose=False, stream=None):
     missed = [v for v in verdicts if v.caught_by is None and not v.same_program]
     same = [v for v in verdicts if v.caught_by is None and v.same_program]
     caught = [v for v in verdicts if v.caught_by is not None]
-    print(f"{len(caught)} of {len(verdicts)} mistakes made from the reference are caught by a check or a property; "
-          f"{len(same)} give{'s' * (len(same) == 1)} the reference's results everywhere tried (the same program); "
-          f"{len(missed)} {'is' if len(missed) == 1 else 'are'} not caught.", file=stream)
+    print(
+        f"{len(caught)} of {len(verdicts)} mistakes made from the reference are caught by a check or a property; "
+        f"{len(same)} give{'s' * (len(same) == 1)} the reference's results everywhere tried (the same program); "
+        f"{len(missed)} {'is' if len(missed) == 1 else 'are'} not caught.",
+        file=stream,
+    )
     for problem in assessment.problems:
         print(f"error: {problem}", file=stream)
     for name in assessment.names:
         mine = [v for v in verdicts if name in v.owner.split(", ") and v.source != "own"]
         if not mine:
-            print(f"`{name}`: no mistake is made for it (no slip the generator knows can be made in its code): only "
-                  f"the cases' values judge it", file=stream)
+            print(
+                f"`{name}`: no mistake is made for it (no slip the generator knows can be made in its code): only "
+                f"the cases' values judge it",
+                file=stream,
+            )
             continue
         kinds = sorted({v.kind for v in mine})
         lost = [v for v in mine if v.caught_by is None and not v.same_program]
         alike = [v for v in mine if v.caught_by is None and v.same_program]
-        print(f"`{name}`: {len(mine)} mistakes of {len(kinds)} kinds tried ({', '.join(kinds)}); "
-              f"{len(mine) - len(lost) - len(alike)} caught, {len(alike)} give the reference's results on every "
-              f"input tried, {len(lost)} not caught", file=stream)
+        print(
+            f"`{name}`: {len(mine)} mistakes of {len(kinds)} kinds tried ({', '.join(kinds)}); "
+            f"{len(mine) - len(lost) - len(alike)} caught, {len(alike)} give the reference's results on every "
+            f"input tried, {len(lost)} not caught",
+            file=stream,
+        )
         seen = set()
         for v in lost:
             if v.mistake not in seen:
                 seen.add(v.mistake)
-                print(f"  not caught, in `{v.owner}`: {v.mistake}: no case tells this from the reference "
-                      f"(add a case where it changes the result)", file=stream)
+                print(
+                    f"  not caught, in `{v.owner}`: {v.mistake}: no case tells this from the reference "
+                    f"(add a case where it changes the result)",
+                    file=stream,
+                )
         for v in alike:
             if v.mistake not in seen:
                 seen.add(v.mistake)
-                print(f"  the reference's results on every input tried, in `{v.owner}`: {v.mistake} (the same "
-                      f"program, as dropout in eval mode; or a difference no input shows, as a parameter whose "
-                      f"initial value is 1: only the backward checks can tell)", file=stream)
+                print(
+                    f"  the reference's results on every input tried, in `{v.owner}`: {v.mistake} (the same "
+                    f"program, as dropout in eval mode; or a difference no input shows, as a parameter whose "
+                    f"initial value is 1: only the backward checks can tell)",
+                    file=stream,
+                )
         if verbose:
             for v in mine:
                 if v.caught_by is not None:
                     print(f"  caught, in `{v.owner}`: {v.mistake}: by {v.caught_by}", file=stream)
     own = [v for v in verdicts if v.source == "own"]
     if own:
-        print(f"the teacher's own mistakes (mistakes/): {sum(v.caught_by is not None for v in own)} of {len(own)} "
-              f"caught", file=stream)
+        print(
+            f"the teacher's own mistakes (mistakes/): {sum(v.caught_by is not None for v in own)} of {len(own)} caught",
+            file=stream,
+        )
         for v in own:
             said = f"caught by {v.caught_by}" if v.caught_by else "NOT caught: no case tells it from the reference"
             print(f"  {v.kind} (`{v.owner}`): {v.mistake}: {said}", file=stream)

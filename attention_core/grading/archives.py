@@ -45,8 +45,15 @@ def unpack(path, folder):
                         out.write(chunk)
     except ArchiveError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, RuntimeError, ValueError,
-            NotImplementedError) as err:
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        OSError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        NotImplementedError,
+    ) as err:
         raise ArchiveError(f"the zip cannot be read: {type(err).__name__}: {err}") from None
     entries = [p for p in Path(folder).iterdir()]
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else Path(folder)

@@ -56,7 +56,7 @@ def bundle(out, project, assignment=None):
     ``assignment`` (not the built-in one), its folder as ``assignment/``: reference.py, cases/ and
     assignment.yaml, which the autograder reads."""
     needs = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
-    torch_pin = next((d[len("torch"):] for d in needs if d.startswith("torch")), "")
+    torch_pin = next((d[len("torch") :] for d in needs if d.startswith("torch")), "")
     others = " ".join(f"'{d}'" for d in needs if not d.startswith("torch"))
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         _add(z, "setup.sh", SETUP.format(torch=torch_pin, dependencies=others), executable=True)
@@ -72,6 +72,7 @@ def bundle(out, project, assignment=None):
 def _shipped(assignment):
     """Whether ``assignment`` is the built-in one with its own cases: the harness's source carries it all."""
     from attention_core.harness.reading.assignment import default_cases_folder  # noqa: PLC0415
+
     return assignment.builtin and Path(assignment.cases).resolve() == default_cases_folder().resolve()
 
 
@@ -125,8 +126,11 @@ def run(root=ROOT, time_limit=TIME_LIMIT):
     graded.seconds = time.monotonic() - start
     result = gradescope.results_json(graded)
     if not finished or problem:
-        why = (f"grading stopped after {time_limit:g} s" if not finished else
-               f"grading failed: {problem[0].strip().splitlines()[-1]}")
+        why = (
+            f"grading stopped after {time_limit:g} s"
+            if not finished
+            else f"grading failed: {problem[0].strip().splitlines()[-1]}"
+        )
         result["output"] = f"{why}; the checks graded before that are below.\n\n{result['output']}"
     results.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return 0

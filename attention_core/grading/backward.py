@@ -9,14 +9,14 @@ from the arguments as the call left them against the grader's own copies. A mixi
 
 import torch
 
-from attention_core.harness.reading import assignment as assignments
 from attention_core import instances
 from attention_core.grading import replies, wire
 from attention_core.grading.diagnose import leading_slice
 from attention_core.grading.remote import GRADIENT_LIMIT, PROJECTION_SEED
 from attention_core.harness.checking import compare, tolerance
-from attention_core.harness.reading.model import ShapeExpectation
 from attention_core.harness.checking.results import CallFailed, Failure, Result, Status
+from attention_core.harness.reading import assignment as assignments
+from attention_core.harness.reading.model import ShapeExpectation
 
 
 class BackwardChecks:
@@ -51,9 +51,15 @@ class BackwardChecks:
         if functions.last_grad is not None and functions.last_grad[0] == name and not sliced:
             outcome = functions.last_grad[1]  # brought back with the value
         else:
-            outcome = submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
-                                           timeout=self.options.call_timeout, reuse=(item, "backward"),
-                                           limit=self._reply_bound(item))
+            outcome = submission.call_grad(
+                name,
+                args,
+                kwargs,
+                projection_seed=PROJECTION_SEED,
+                timeout=self.options.call_timeout,
+                reuse=(item, "backward"),
+                limit=self._reply_bound(item),
+            )
         try:
             functions.value(name, outcome)
         except CallFailed as failed:
@@ -66,10 +72,12 @@ class BackwardChecks:
         its floating inputs stay too large even so."""
         name, args, kwargs = self.preparation.arguments(item, "cpu")
         record = args[:1] if args and instances.is_record(args[0]) else []  # a class's instance: not cut, not counted
-        full = (args[len(record):], kwargs)
+        full = (args[len(record) :], kwargs)
         args, kwargs = leading_slice(full[0], GRADIENT_LIMIT), leading_slice(kwargs, GRADIENT_LIMIT)
-        if max((t.numel() for t in wire.tensors_in([args, kwargs]) if t.is_floating_point()), default=0) > \
-                GRADIENT_LIMIT:
+        if (
+            max((t.numel() for t in wire.tensors_in([args, kwargs]) if t.is_floating_point()), default=0)
+            > GRADIENT_LIMIT
+        ):
             return None
         return name, [*record, *args], kwargs, args is not full[0] or kwargs is not full[1]
 
@@ -79,12 +87,23 @@ class BackwardChecks:
         mutated = self._mutated(item, outcome)
         if mutated:
             which = ", ".join(_label(label, name, self.assignment) for label in mutated)
-            failures.append(Failure("inputs", item.check.line, compare.Mismatch(
-                "side effect", f"`{name}` changed its input {which} in place: a graded function leaves the caller's "
-                               f"tensors alone (compute into a new tensor: `q = q * scale`, not `q *= scale`)")))
+            failures.append(
+                Failure(
+                    "inputs",
+                    item.check.line,
+                    compare.Mismatch(
+                        "side effect",
+                        f"`{name}` changed its input {which} in place: a graded function leaves the caller's "
+                        f"tensors alone (compute into a new tensor: `q = q * scale`, not `q *= scale`)",
+                    ),
+                )
+            )
         if outcome.grad_error:
-            failures.append(Failure("gradient", item.check.line, compare.Mismatch(
-                "gradient", f"backward failed: {outcome.grad_error}")))
+            failures.append(
+                Failure(
+                    "gradient", item.check.line, compare.Mismatch("gradient", f"backward failed: {outcome.grad_error}")
+                )
+            )
         values = _reads_values(item.check)  # a check of shapes holds its gradients to their shapes
         if mutated:  # an input changed in place: the gradients are of other inputs; that change is the mistake
             return Status.FAILED, failures
@@ -94,26 +113,56 @@ class BackwardChecks:
             target = f"d/d{shown}"
             depends = bool(want.abs().max() > 0) if want.numel() else False
             if got is None and isinstance(label, str) and label.startswith("self.") and depends:
-                failures.append(Failure(target, item.check.line, compare.Mismatch(
-                    "gradient", f"your `{name}` never uses its parameter `{label.removeprefix('self.')}`: its gradient "
-                                f"is None, where the right results "
-                                f"depend on it (use it in forward; a `.detach()` of it would cut it off the same "
-                                f"way)")))
+                failures.append(
+                    Failure(
+                        target,
+                        item.check.line,
+                        compare.Mismatch(
+                            "gradient",
+                            f"your `{name}` never uses its parameter `{label.removeprefix('self.')}`: its gradient "
+                            f"is None, where the right results "
+                            f"depend on it (use it in forward; a `.detach()` of it would cut it off the same "
+                            f"way)",
+                        ),
+                    )
+                )
                 continue
             if got is None:
-                failures.append(Failure(target, item.check.line, compare.Mismatch(
-                    "gradient", f"no gradient reaches {shown}: the computation leaves autograd "
-                                f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`), "
-                                f"or never uses it")))
+                failures.append(
+                    Failure(
+                        target,
+                        item.check.line,
+                        compare.Mismatch(
+                            "gradient",
+                            f"no gradient reaches {shown}: the computation leaves autograd "
+                            f"(a `.detach()`, a round trip through `.tolist()` or NumPy, or `torch.no_grad()`), "
+                            f"or never uses it",
+                        ),
+                    )
+                )
                 continue
             if values and depends and got.shape == want.shape and got.numel() and bool(got.abs().max() == 0):
-                failures.append(Failure(target, item.check.line, compare.Mismatch(
-                    "gradient", f"your results do not depend on {shown}: its gradient is 0 everywhere, where the "
-                                f"right results' is not (is it used, or multiplied by 0?)"), tuple(got.shape)))
+                failures.append(
+                    Failure(
+                        target,
+                        item.check.line,
+                        compare.Mismatch(
+                            "gradient",
+                            f"your results do not depend on {shown}: its gradient is 0 everywhere, where the "
+                            f"right results' is not (is it used, or multiplied by 0?)",
+                        ),
+                        tuple(got.shape),
+                    )
+                )
                 continue
             if not values:
-                mismatch = None if got.shape == want.shape else compare.Mismatch(
-                    "shape", f"the gradient's shape {list(got.shape)} is not its input's {list(want.shape)}")
+                mismatch = (
+                    None
+                    if got.shape == want.shape
+                    else compare.Mismatch(
+                        "shape", f"the gradient's shape {list(got.shape)} is not its input's {list(want.shape)}"
+                    )
+                )
             else:
                 rtol, atol = tolerance.gradient_tolerance(item.case.dtype, self._noise(item, label))
                 mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
@@ -126,8 +175,10 @@ class BackwardChecks:
         left them (sent back) against the grader's own copies. A label the grader did not send is no label;
         an argument that did not come back counts as changed. The submission's own report is not read."""
         _, args, kwargs, _ = self._sliced[item]
-        sent = {**{i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)},
-                **{k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}}
+        sent = {
+            **{i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)},
+            **{k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
+        }
         after = outcome.after or {}
         return [label for label, original in sent.items() if label not in after or not _same(after[label], original)]
 
@@ -141,8 +192,14 @@ class BackwardChecks:
                 self._golden_grads[item] = (None, None, [])
                 return None
             try:
-                moved = [_route_grads(self._route, name, *_moved(args, kwargs, item.case.dtype, seed), torch.float64)
-                         for seed in range(tolerance.GRADIENT_PERTURBATIONS)] if wide is not None else []
+                moved = (
+                    [
+                        _route_grads(self._route, name, *_moved(args, kwargs, item.case.dtype, seed), torch.float64)
+                        for seed in range(tolerance.GRADIENT_PERTURBATIONS)
+                    ]
+                    if wide is not None
+                    else []
+                )
             except Exception:  # noqa: BLE001 (the route's own rounding is the allowance then)
                 moved = []
             self._golden_grads[item] = (wide, own, moved)
@@ -152,8 +209,11 @@ class BackwardChecks:
         """How far a correct gradient in the case's dtype may be from float64's: the torch route's own rounding,
         or the change a relative ±eps move of the inputs makes (see tolerance.GRADIENT_PERTURBATIONS)."""
         wide, own, moved = self._golden_grads[item]
-        changes = [tolerance.max_change(g[label], wide[label]) for g in [own, *moved]
-                   if g is not None and g.get(label) is not None and wide.get(label) is not None]
+        changes = [
+            tolerance.max_change(g[label], wide[label])
+            for g in [own, *moved]
+            if g is not None and g.get(label) is not None and wide.get(label) is not None
+        ]
         return max(changes, default=0.0)
 
 
@@ -172,8 +232,9 @@ def _route_grads(route, name, args, kwargs, dtype):
     if args and instances.is_record(args[0]):  # a class: its instance in ``dtype``, its parameters leaves too
         record = args[0][instances.INSTANCE]
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in record["state"].items()}
-        made = instances.implementation_instance(function.cls, {instances.INSTANCE: {
-            **record, "state": state, "dtype": str(dtype).removeprefix("torch.")}})
+        made = instances.implementation_instance(
+            function.cls, {instances.INSTANCE: {**record, "state": state, "dtype": str(dtype).removeprefix("torch.")}}
+        )
         labelled.update((f"self.{n}", p) for n, p in instances.parameters(made))
         args = [None, *[leaf(i + 1, a) for i, a in enumerate(args[1:])]]
         kwargs = {k: leaf(k, v) for k, v in kwargs.items()}
@@ -187,8 +248,10 @@ def _route_grads(route, name, args, kwargs, dtype):
     if loss is None or not labelled:
         return None
     grads = torch.autograd.grad(loss, list(labelled.values()), allow_unused=True)
-    return {label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
-            for (label, t), g in zip(labelled.items(), grads)}
+    return {
+        label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
+        for (label, t), g in zip(labelled.items(), grads)
+    }
 
 
 def _same(a, b):

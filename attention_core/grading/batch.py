@@ -18,29 +18,38 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import TextIO
 from pathlib import Path
+from typing import TextIO
 
 from tqdm import tqdm
 
 from attention_core.grading import cells, folders, gradescope, ids, lms, records
-from attention_core.grading.properties.model import is_property
-from attention_core.harness.reading.assignment import resolve
 from attention_core.grading.grader import Grader, sandbox_warning
 from attention_core.grading.options import GradingOptions
+from attention_core.grading.properties.model import is_property
+from attention_core.harness.reading.assignment import resolve
 from attention_core.harness.text import escape, is_terminal, points, shorten
-from attention_core.report.figures import Drawings
 from attention_core.report.class_page import class_page
+from attention_core.report.figures import Drawings
 from attention_core.report.html import submission_page
-
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
-def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = None, cases: Path | None = None,
-                  jobs: int = 1, options: GradingOptions | None = None, regrade: bool = False,
-                  roster: Path | None = None, entry: str | None = None, stream: TextIO | None = None,
-                  report: TextIO | None = None) -> int:
+def grade_command(
+    paths: list[Path],
+    out: Path,
+    *,
+    assignment: Path | None = None,
+    cases: Path | None = None,
+    jobs: int = 1,
+    options: GradingOptions | None = None,
+    regrade: bool = False,
+    roster: Path | None = None,
+    entry: str | None = None,
+    stream: TextIO | None = None,
+    report: TextIO | None = None,
+) -> int:
     """Grade ``paths`` into ``out`` against ``assignment`` (an assignment's folder; default: the built-in one)
     with ``options`` (time limits and points over the assignment's settings);
     print one line per submission (to ``report``, stdout by default: the score table a teacher may redirect),
@@ -58,8 +67,10 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        print(f"error: --out {out}: cannot write there ({err.strerror or err}); give a folder this user can "
-              f"write to", file=stream)
+        print(
+            f"error: --out {out}: cannot write there ({err.strerror or err}); give a folder this user can write to",
+            file=stream,
+        )
         return 2
     try:
         students = lms.read_roster(roster) if roster is not None else None
@@ -72,9 +83,11 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
         print(f"error: {problem}", file=stream)
         return 2
     if broken:
-        print(f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
-              f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
-              file=stream)
+        print(
+            f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
+            f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
+            file=stream,
+        )
     paths, ambiguous, notes = _submissions_in(paths, chosen.names, entry)
     if ambiguous:
         print(f"error: {ambiguous}", file=stream)
@@ -89,8 +102,22 @@ def grade_command(paths: list[Path], out: Path, *, assignment: Path | None = Non
             return 2
         # A platform's files of one student: one submission, gathered into --out.
         paths, owned, shown = lms.gathered(list(firsts.values()), out / lms.GATHERED)
-        return _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases,
-                             assignment, options or GradingOptions(), entry)
+        return _graded_batch(
+            paths,
+            owned,
+            shown,
+            out,
+            chosen,
+            students,
+            stream,
+            report,
+            jobs,
+            regrade,
+            cases,
+            assignment,
+            options or GradingOptions(),
+            entry,
+        )
 
 
 def _submissions_in(paths, names, entry):
@@ -113,13 +140,15 @@ def _submissions_in(paths, names, entry):
     return found, "", notes
 
 
-def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, assignment,
-                  options, entry):
+def _graded_batch(
+    paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, assignment, options, entry
+):
     names = ids.submission_ids(paths, shown)
     owners = {name: owned.get(path) for path, name in zip(paths, names)}
     out.mkdir(parents=True, exist_ok=True)
-    key = records.batch_key(chosen, {**options.as_dict(), "assignment": str(assignment), "cases": str(cases),
-                                     "entry": entry})
+    key = records.batch_key(
+        chosen, {**options.as_dict(), "assignment": str(assignment), "cases": str(cases), "entry": entry}
+    )
     made = dict(assignment=assignment, options=options, entry=entry)  # what each grader is made with
     digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}
     kept = {} if regrade else {name: _kept(ids.folder_of(out, name), name, digests[name]) for name in names}
@@ -134,11 +163,17 @@ def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jo
 
     interrupted = None  # (the lock is held: see grade_command)
     try:
-        with tqdm(total=len(todo), desc="grading", unit="submission", file=stream,
-                  disable=len(todo) < 2 or not is_terminal(stream)) as bar:  # a bar, with the time left: a TTY's
+        with tqdm(
+            total=len(todo),
+            desc="grading",
+            unit="submission",
+            file=stream,
+            disable=len(todo) < 2 or not is_terminal(stream),
+        ) as bar:  # a bar, with the time left: a TTY's
             if jobs > 1 and len(todo) > 1:
-                _in_processes([p for p, _ in todo], [n for _, n in todo], out, cases, made,
-                              min(jobs, len(todo)), bar, finished)
+                _in_processes(
+                    [p for p, _ in todo], [n for _, n in todo], out, cases, made, min(jobs, len(todo)), bar, finished
+                )
             elif todo:
                 with Grader(cases, **made) as grader:
                     _freeze()  # this may be the caller's own process: undone below, and malloc left alone
@@ -150,8 +185,11 @@ def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jo
                         gc.unfreeze()
     except KeyboardInterrupt as stop:  # ^C, or SIGTERM (see _interruptible): what finished is kept
         interrupted = str(stop) or "interrupted"
-        print(f"{interrupted}: graded {len(graded_now)}, {len(todo) - len(graded_now)} not graded; the same "
-              f"command grades the rest (what was graded is not graded again)", file=stream)
+        print(
+            f"{interrupted}: graded {len(graded_now)}, {len(todo) - len(graded_now)} not graded; the same "
+            f"command grades the rest (what was graded is not graded again)",
+            file=stream,
+        )
         names = [name for name in names if name in graded_now or kept.get(name) is not None]
         if not names:
             return 130
@@ -165,15 +203,22 @@ def _graded_batch(paths, owned, shown, out, chosen, students, stream, report, jo
 def _summarise(scores, names, graded_now, out, stream, report, code):
     """The gradebook, the class summary and the terminal's lines for ``scores``; returns ``code``."""
     skipped = len(names) - len(graded_now)
-    print(f"graded {len(graded_now)}, skipped {skipped} as unchanged (--regrade grades them again)"
-          if skipped else f"graded {len(graded_now)}", file=stream)
+    print(
+        f"graded {len(graded_now)}, skipped {skipped} as unchanged (--regrade grades them again)"
+        if skipped
+        else f"graded {len(graded_now)}",
+        file=stream,
+    )
     maximums = gradescope.write_gradebook(scores, out / "gradebook.csv")
     glance = class_summary(scores, out / "summary.csv")
     (out / "summary.html").write_text(class_page(scores, glance), encoding="utf-8")
     if len(maximums) > 1:
-        print(f"warning: the rows of {out / 'gradebook.csv'} have different maximums "
-              f"({', '.join(map(str, sorted(maximums)))}): the assignment changed since some were graded; grade "
-              f"those again", file=stream)
+        print(
+            f"warning: the rows of {out / 'gradebook.csv'} have different maximums "
+            f"({', '.join(map(str, sorted(maximums)))}): the assignment changed since some were graded; grade "
+            f"those again",
+            file=stream,
+        )
     width = max(len(escape(n)) for n in names)
     for one in scores:
         print(f"{escape(one.name):<{width}}  {points(one.score):>6} / {points(one.max_score)}", file=report)
@@ -186,13 +231,18 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
         print(warning, file=stream)
     failed = [one.name for one in scores if one.error]
     if failed:
-        print(f"warning: the grader failed on {len(failed)} submission{'s' * (len(failed) != 1)} (a fault of the "
-              f"grader, not theirs; each scores 0 and says why in its results.json; the next run grades them "
-              f"again): {escape(', '.join(failed[:5]))}" + (" …" if len(failed) > 5 else ""), file=stream)
-    print(f"wrote {out / ids.SUBMISSIONS / '<id>' / 'results.json'} (the student's), "
-          f"{out / ids.REPORTS / '<id>' / 'report.html'} (the teacher's), {out / 'gradebook.csv'}, "
-          f"{out / 'summary.csv'} and {out / 'summary.html'}",
-          file=report)
+        print(
+            f"warning: the grader failed on {len(failed)} submission{'s' * (len(failed) != 1)} (a fault of the "
+            f"grader, not theirs; each scores 0 and says why in its results.json; the next run grades them "
+            f"again): {escape(', '.join(failed[:5]))}" + (" …" if len(failed) > 5 else ""),
+            file=stream,
+        )
+    print(
+        f"wrote {out / ids.SUBMISSIONS / '<id>' / 'results.json'} (the student's), "
+        f"{out / ids.REPORTS / '<id>' / 'report.html'} (the teacher's), {out / 'gradebook.csv'}, "
+        f"{out / 'summary.csv'} and {out / 'summary.html'}",
+        file=report,
+    )
     return code
 
 
@@ -210,8 +260,11 @@ def _locked(out, stream):
         except OSError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
-            print(f"error: --out {escape(str(out))} is being written by another grading batch ({escape(holder)}); "
-                  f"wait for it to finish, or give another --out", file=stream)
+            print(
+                f"error: --out {escape(str(out))} is being written by another grading batch ({escape(holder)}); "
+                f"wait for it to finish, or give another --out",
+                file=stream,
+            )
             yield False
             return
         handle.seek(0)
@@ -226,8 +279,10 @@ def _locked(out, stream):
 @contextlib.contextmanager
 def _interruptible():
     """SIGTERM ends the batch as ^C does (KeyboardInterrupt), where this is the main thread."""
+
     def stop(*_):
         raise KeyboardInterrupt("terminated")
+
     try:
         previous = signal.signal(signal.SIGTERM, stop)
     except ValueError:  # not the main thread: the caller's signals stay its own
@@ -253,6 +308,7 @@ def nothing_graded(chosen):
     as ``location: message``). Nothing to grade: no case file, no graded check that
     loads (each names a function the reference does not define...), or a setting that names no check."""
     from attention_core.harness.checking import runner  # noqa: PLC0415
+
     items = runner.collect(chosen.cases, chosen)
     graded = [i for i in items if i.error is None and i.check.kind == "call"]
     errors = [i for i in items if i.error is not None]
@@ -265,9 +321,11 @@ def nothing_graded(chosen):
     if not items:
         return f"{chosen.cases}: no case files (*.yaml, *.yml): nothing to grade", broken
     first = f"; the first: {broken[0]}" if errors else ""
-    return (f"{chosen.cases}: no graded check loads ({len(errors)} case error{'s' * (len(errors) != 1)}{first}); "
-            f"a graded check's 'call' names a function or class of the assignment "
-            f"({', '.join(chosen.names) or 'none'}); run lint for every problem"), broken
+    return (
+        f"{chosen.cases}: no graded check loads ({len(errors)} case error{'s' * (len(errors) != 1)}{first}); "
+        f"a graded check's 'call' names a function or class of the assignment "
+        f"({', '.join(chosen.names) or 'none'}); run lint for every problem"
+    ), broken
 
 
 @dataclass
@@ -306,15 +364,22 @@ def _write(graded, name, out):
             gradescope.write_results(graded, folder)
             (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
         except Exception as err:  # noqa: BLE001
-            graded.error = graded.error or (f"this submission's results could not be written: the grader failed "
-                                            f"on them ({type(err).__name__}: {shorten(str(err), 200)})")
+            graded.error = graded.error or (
+                f"this submission's results could not be written: the grader failed "
+                f"on them ({type(err).__name__}: {shorten(str(err), 200)})"
+            )
             graded.grades = []
             graded.note = graded.error
             gradescope.write_results(graded, folder)
             (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
-    return Scores(name, graded.score, graded.max_score, graded.protections,
-                  [Score(g.check_id, g.score, g.max_score, g.mistakes) for g in graded.grades],
-                  graded.error)
+    return Scores(
+        name,
+        graded.score,
+        graded.max_score,
+        graded.protections,
+        [Score(g.check_id, g.score, g.max_score, g.mistakes) for g in graded.grades],
+        graded.error,
+    )
 
 
 def class_summary(scores, path):
@@ -328,11 +393,13 @@ def class_summary(scores, path):
                 failed[grade.check_id] += 1
             made |= set(grade.mistakes)
         mistakes.update(made)
-    rows = [("mistake", m, n) for m, n in mistakes.most_common()] + \
-        [("property" if is_property(c) else "check", c, n) for c, n in failed.most_common()]
+    rows = [("mistake", m, n) for m, n in mistakes.most_common()] + [
+        ("property" if is_property(c) else "check", c, n) for c, n in failed.most_common()
+    ]
     with path.open("w", newline="", encoding="utf-8") as handle:  # (cells.py: no cell starts a formula)
-        cells.write_rows(handle, [["kind", "what", "students", "of"],
-                                  *[(kind, what, n, len(scores)) for kind, what, n in rows]])
+        cells.write_rows(
+            handle, [["kind", "what", "students", "of"], *[(kind, what, n, len(scores)) for kind, what, n in rows]]
+        )
     return rows
 
 
@@ -400,8 +467,9 @@ def _in_processes(paths, names, out, cases, made, jobs, bar, on_graded):
     every = [(index, path, name) for index, (path, name) in enumerate(zip(paths, names))]
     for task in every[jobs:] + [None] * jobs:
         tasks.put(task)
-    processes = [context.Process(target=_grader_process, args=(cases, made, out, first, tasks, done))
-                 for first in every[:jobs]]
+    processes = [
+        context.Process(target=_grader_process, args=(cases, made, out, first, tasks, done)) for first in every[:jobs]
+    ]
     for process in processes:
         process.start()
     scores, finished = [None] * len(paths), False

@@ -72,8 +72,10 @@ class Channel:
                     need = wire.HEADER.size + n_text + n_blob
                     most = most or self.reply_limit
                     if need > most:
-                        problem = (f"the reply is {need} bytes, over the {most} bytes this call can need (its "
-                                   f"results, gradients and messages): it was not read")
+                        problem = (
+                            f"the reply is {need} bytes, over the {most} bytes this call can need (its "
+                            f"results, gradients and messages): it was not read"
+                        )
                         break
                     if need > len(buf):  # a large reply: the rest is read straight into a buffer of its size
                         larger = bytearray(need)
@@ -90,7 +92,7 @@ class Channel:
     def send(self, pending):
         """Send what the socket takes now; the rest. A dead peer takes nothing and shows as end of file."""
         try:
-            return pending[self.sock.send(pending):]
+            return pending[self.sock.send(pending) :]
         except BlockingIOError:
             return pending
         except (BrokenPipeError, ConnectionResetError):

@@ -41,11 +41,11 @@ class Child:
         name = request["module"]
         if name in sys.modules:  # a file called json.py must not replace the worker's json
             name = "_submission"
-        spec = importlib.util.spec_from_file_location(name, request["entry"],
-                                                      submodule_search_locations=package)
+        spec = importlib.util.spec_from_file_location(name, request["entry"], submodule_search_locations=package)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         import builtins
+
         for word in ("exit", "quit"):  # what site adds, which -S leaves out: a file may end with exit()
             if not hasattr(builtins, word):
                 setattr(builtins, word, sys.exit)
@@ -53,13 +53,19 @@ class Child:
             spec.loader.exec_module(module)
         except SystemExit:  # exit() at the end of a script: what it defined so far is graded, as a run would leave it
             flush_streams()
-            print("the submission called exit() while it was imported: what it defined before that is graded",
-                  file=sys.stderr)
+            print(
+                "the submission called exit() while it was imported: what it defined before that is graded",
+                file=sys.stderr,
+            )
             flush_streams()
         except BaseException as e:
             flush_streams()
-            self.hello = {"status": "import error", "message": exception_text(e), "traceback": self.frames(e),
-                          "names": []}
+            self.hello = {
+                "status": "import error",
+                "message": exception_text(e),
+                "traceback": self.frames(e),
+                "names": [],
+            }
             return
         flush_streams()
         self.module = module
@@ -85,8 +91,11 @@ class Child:
     def frames(self, e):
         """The traceback lines of ``e`` inside the submission's folder, its paths relative to it."""
         prefix = self.root.rstrip(os.sep) + os.sep
-        kept = [traceback.FrameSummary(f.filename[len(prefix):], f.lineno, f.name, line=f.line)
-                for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(prefix)]
+        kept = [
+            traceback.FrameSummary(f.filename[len(prefix) :], f.lineno, f.name, line=f.line)
+            for f in traceback.extract_tb(e.__traceback__)
+            if f.filename.startswith(prefix)
+        ]
         return [line for entry in traceback.format_list(kept) for line in entry.rstrip("\n").split("\n")]
 
     def handle(self, message):
@@ -104,7 +113,9 @@ class Child:
         if not callable(fn):
             return {"status": "not implemented", "message": f"the submission defines no function {name}"}
         parameters, made = [], False
-        if isinstance(fn, type) and args and self.instances.is_record(args[0]):  # a class: made, given the state, called
+        if (
+            isinstance(fn, type) and args and self.instances.is_record(args[0])
+        ):  # a class: made, given the state, called
             record = args.pop(0)
             try:
                 fn = self.instances.implementation_instance(fn, record)
@@ -113,8 +124,11 @@ class Child:
             except NotImplementedError as e:
                 return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
             except Exception as e:
-                return {"status": "raised", "message": f"{name}(...) could not be made: {exception_text(e)}",
-                        "traceback": self.frames(e)}
+                return {
+                    "status": "raised",
+                    "message": f"{name}(...) could not be made: {exception_text(e)}",
+                    "traceback": self.frames(e),
+                }
             parameters, made = self.instances.parameters(fn) if seed is not None else [], True
             args.insert(0, None)  # positions keep counting from the record's: the grader's labels
         # The mutation check's old values: a shared argument's untouched original (the wire.Shared), a
@@ -128,8 +142,10 @@ class Child:
                 # by autograd (and reported in ``mutated``) rather than refused.
                 set_arg(args, kwargs, label, leaves[label].clone())
                 originals.setdefault(label, leaves[label].detach())
-        before = [(label, t, originals[label] if label in originals else t.detach().clone())
-                  for label, t in self.tensors(args, kwargs)]
+        before = [
+            (label, t, originals[label] if label in originals else t.detach().clone())
+            for label, t in self.tensors(args, kwargs)
+        ]
         leaves.update((f"self.{n}", p) for n, p in parameters)
         try:
             with torch.enable_grad():
@@ -137,11 +153,14 @@ class Child:
         except NotImplementedError as e:
             return {"status": "not implemented", "message": exception_text(e), "traceback": self.frames(e)}
         except Exception as e:
-            return {"status": "raised", "message": exception_text(e), "traceback": self.frames(e),
-                    "mutated": self.mutated(before)}
+            return {
+                "status": "raised",
+                "message": exception_text(e),
+                "traceback": self.frames(e),
+                "mutated": self.mutated(before),
+            }
         except BaseException as e:
-            return {"status": "crashed", "message": f"the call raised {exception_text(e)}",
-                    "traceback": self.frames(e)}
+            return {"status": "crashed", "message": f"the call raised {exception_text(e)}", "traceback": self.frames(e)}
         reply = {"status": "ok", "value": value, "mutated": self.mutated(before)}
         if seed is not None:
             reply.update(self.gradients(value, leaves, seed))
@@ -151,7 +170,9 @@ class Child:
         if keep is not None and isinstance(value, (tuple, list)):  # results no expectation reads: shapes only
             # A plain tuple or list: the wire sends any tuple as a tuple (a namedtuple takes no iterable).
             reply["value"] = (tuple if isinstance(value, tuple) else list)(
-                v if i in keep or not isinstance(v, torch.Tensor) else self.wire.ShapeOnly(v) for i, v in enumerate(value))
+                v if i in keep or not isinstance(v, torch.Tensor) else self.wire.ShapeOnly(v)
+                for i, v in enumerate(value)
+            )
         return reply
 
     def gradients(self, value, leaves, seed):
@@ -160,8 +181,10 @@ class Child:
         try:
             loss = self.wire.projection(self.wire.tensors_in(value), seed)
             if loss is None:
-                return {"grads": list(grads.items()),
-                        "grad_error": "no floating output carries a gradient: the result is detached from the inputs"}
+                return {
+                    "grads": list(grads.items()),
+                    "grad_error": "no floating output carries a gradient: the result is detached from the inputs",
+                }
             found = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
         except Exception as e:
             frames = self.frames(e)
@@ -186,8 +209,11 @@ class Child:
                 old = old.original
             try:
                 new = self.wire.plain_tensor(t)
-                same = new.shape == old.shape and new.dtype == old.dtype and (self.torch.equal(new, old) or bool(
-                    ((new == old) | ((new != new) & (old != old))).all()))  # NaN where NaN was
+                same = (
+                    new.shape == old.shape
+                    and new.dtype == old.dtype
+                    and (self.torch.equal(new, old) or bool(((new == old) | ((new != new) & (old != old))).all()))
+                )  # NaN where NaN was
             except Exception:
                 same = False
             if not same:

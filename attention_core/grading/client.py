@@ -18,8 +18,8 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -41,7 +41,6 @@ REPLIES_KEPT = 1 << 16  # bytes of a reply up to which identical replies are dec
 REPLIES_BUDGET = 64 << 20  # bytes of such replies one worker keeps
 
 
-
 def site_dirs():
     """The folders the server needs on its path: where torch is installed, then the other site folders."""
     dirs = [str(Path(torch.__file__).resolve().parent.parent)]
@@ -52,16 +51,29 @@ def site_dirs():
 class Worker:
     """One grading server. A context manager; ``close()`` kills the server and every child."""
 
-    def __init__(self, *, memory_limit=4 << 30, budget=BUDGET, import_timeout=10.0, output_limit=10_000,
-                 reply_limit=256 << 20, sandbox=True, namespaces=True, names=spec.NAMES):
+    def __init__(
+        self,
+        *,
+        memory_limit=4 << 30,
+        budget=BUDGET,
+        import_timeout=10.0,
+        output_limit=10_000,
+        reply_limit=256 << 20,
+        sandbox=True,
+        namespaces=True,
+        names=spec.NAMES,
+    ):
         self.names = tuple(names)  # what a submission may be asked for: the assignment's graded names
         self.memory_limit, self.budget, self.import_timeout = memory_limit, budget, import_timeout
         self.output_limit, self.reply_limit = output_limit, reply_limit
         self.scratch = tempfile.mkdtemp(prefix="attention-sandbox-")
         os.chmod(self.scratch, 0o711)  # an unprivileged child may pass through to its own folder
         os.mkdir(os.path.join(self.scratch, "root"), 0o755)
-        self.sandbox_plan = plan.plan(site_dirs(), root=os.path.join(self.scratch, "root"), budget=budget,
-                               namespaces=namespaces) if sandbox else None
+        self.sandbox_plan = (
+            plan.plan(site_dirs(), root=os.path.join(self.scratch, "root"), budget=budget, namespaces=namespaces)
+            if sandbox
+            else None
+        )
         ours, theirs = socket.socketpair()
         # The server's environment is every child's (and readable in its /proc): only what torch needs.
         env = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
@@ -71,7 +83,11 @@ class Worker:
         env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1"]))
         self._process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(WORKER), str(theirs.fileno()), *site_dirs()],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
         theirs.close()
         ours.settimeout(120)  # the first request waits for the server's import of torch
         self._ctl, self._lock, self._open = ours, threading.Lock(), set()
@@ -112,8 +128,10 @@ class Worker:
         copied only where the child writes). Sharing large arguments once saves copying them for
         every submission and every call.
         """
-        new = {f"t{len(self._shared) + i}": t for i, t in enumerate(
-            {id(t): t for t in tensors if id(t) not in self._shared}.values())}
+        new = {
+            f"t{len(self._shared) + i}": t
+            for i, t in enumerate({id(t): t for t in tensors if id(t) not in self._shared}.values())
+        }
         if not new:
             return
         self.request({"op": "share", "tensors": {k: t.detach() for k, t in new.items()}})

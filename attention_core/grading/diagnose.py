@@ -43,8 +43,9 @@ CALLS = calls_of(reference, spec.NAMES)
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
 
-    def __init__(self, preparation=None, library=mutants.MUTANTS, calls=CALLS, generated=(), probes=(),
-                 reference_functions=None):
+    def __init__(
+        self, preparation=None, library=mutants.MUTANTS, calls=CALLS, generated=(), probes=(), reference_functions=None
+    ):
         self.library, self.calls = library, calls
         # mistakes made from the reference (generated.py), named where singled out: a list, or what makes one
         # (called on first need: a batch where nothing fails never makes them)
@@ -118,14 +119,19 @@ class Diagnoser:
             checks = sum(not is_property(g.check_id) for g in own)
             properties_ = len(own) - checks
             evidence = f"{checks} check{'s' * (checks != 1)}" + (
-                f" and {properties_} propert{'ies' if properties_ != 1 else 'y'}" if properties_ else "")
+                f" and {properties_} propert{'ies' if properties_ != 1 else 'y'}" if properties_ else ""
+            )
             if len(sentences) == 1:
-                (mistake, fix), = sentences
-                text = (f"Likely mistake: {mistake}. Fix: {fix} (This one mistake gives your results on all "
-                        f"{evidence} of `{name}`.)")
+                ((mistake, fix),) = sentences
+                text = (
+                    f"Likely mistake: {mistake}. Fix: {fix} (This one mistake gives your results on all "
+                    f"{evidence} of `{name}`.)"
+                )
             elif 1 < len(sentences) <= 3:
-                text = (f"Possible mistakes (each gives your results on all {evidence} of `{name}`; they cannot "
-                        f"tell which): " + "; ".join(m for m, _ in sentences) + ".")
+                text = (
+                    f"Possible mistakes (each gives your results on all {evidence} of `{name}`; they cannot "
+                    f"tell which): " + "; ".join(m for m, _ in sentences) + "."
+                )
             else:
                 continue
             for grade in failed:
@@ -160,6 +166,7 @@ class Diagnoser:
         """The mistakes of ``fitting`` that also give the submission's results on further inputs of ``name``
         (each property input set's, drawn again: the same shapes, other values; the same every time)."""
         from attention_core.grading import properties  # noqa: PLC0415
+
         if name not in self._further:
             self._further[name] = properties.further_calls([p for p in self.probes if p.name == name])
         calls = self._further[name]
@@ -171,14 +178,16 @@ class Diagnoser:
             warnings.simplefilter("ignore")
             for mutant in fitting:
                 functions = {**self.reference_functions, **mutant.functions}
-                if all(properties.same_outcome(properties.outcome_of(functions, call), theirs.get(call))
-                       for call in calls):
+                if all(
+                    properties.same_outcome(properties.outcome_of(functions, call), theirs.get(call)) for call in calls
+                ):
                     kept.append(mutant)
         return kept
 
     def _holds(self, mutant, property_id):
         if mutant.name not in self._verdicts_of:
             from attention_core.grading import properties  # noqa: PLC0415
+
             functions = {**self.reference_functions, **mutant.functions}
             owner = generated.owner_of(mutant)
             with warnings.catch_warnings():
@@ -200,8 +209,11 @@ class Diagnoser:
             theirs = self._mutant_run(item, mutant)
             if isinstance(theirs, dict) or theirs.status is Status.FAILED:  # it returned: does it give the
                 values = theirs if isinstance(theirs, dict) else theirs.outputs  # student's values, and fail?
-                if result.status is Status.FAILED and _agree(result.outputs, values, item) and \
-                        not self._judged(item, mutant, theirs).passed:
+                if (
+                    result.status is Status.FAILED
+                    and _agree(result.outputs, values, item)
+                    and not self._judged(item, mutant, theirs).passed
+                ):
                     found.append(mutant)
             elif _raised(result) and _raised(theirs) and _same_error(result, theirs):  # it fails as the mutant fails
                 found.append(mutant)
@@ -215,8 +227,9 @@ class Diagnoser:
             with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
                 warnings.simplefilter("ignore")
                 base = self.reference_functions or runner.REFERENCE  # (a teacher's own mistakes: their reference)
-                self._results[key] = runner.outputs(item, functions={**base, **mutant.functions},
-                                                    preparation=preparation)
+                self._results[key] = runner.outputs(
+                    item, functions={**base, **mutant.functions}, preparation=preparation
+                )
         return self._results[key]
 
     def _judged(self, item, mutant, theirs):
@@ -245,9 +258,14 @@ class Diagnoser:
         if result.status is not Status.FAILED:
             return _raised(result)
         ours = {name: _first_entry(value) for name, value in result.outputs.items()}
-        names = [n for n in item.check.returns if isinstance(ours.get(n), torch.Tensor)
-                 and isinstance(theirs.get(n), torch.Tensor) and ours[n].shape == theirs[n].shape
-                 and "meta" not in (ours[n].device.type, theirs[n].device.type)]
+        names = [
+            n
+            for n in item.check.returns
+            if isinstance(ours.get(n), torch.Tensor)
+            and isinstance(theirs.get(n), torch.Tensor)
+            and ours[n].shape == theirs[n].shape
+            and "meta" not in (ours[n].device.type, theirs[n].device.type)
+        ]
         return bool(names) and not _agree({n: ours[n] for n in names}, {n: theirs[n] for n in names}, item)
 
     def _backward(self, item, result, values_right):
@@ -256,12 +274,19 @@ class Diagnoser:
         mutant's mistake keeps the values right: it is named only where the check's values passed
         (wrong values lose gradients for reasons of their own)."""
         stages = {f.mismatch.stage for f in result.failures}
-        no_gradient = values_right and any(f.mismatch.stage == "gradient" and "no gradient reaches" in
-                                           f.mismatch.message for f in result.failures)
-        found = [m for m in self.library if item.check.function in m.functions
-                 and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))]
-        return ("\n".join(m.told(item.check.function) for m in found),
-                tuple(m.words(item.check.function)[0] for m in found))
+        no_gradient = values_right and any(
+            f.mismatch.stage == "gradient" and "no gradient reaches" in f.mismatch.message for f in result.failures
+        )
+        found = [
+            m
+            for m in self.library
+            if item.check.function in m.functions
+            and ((m.breaks == "side effect" and "side effect" in stages) or (m.breaks == "gradient" and no_gradient))
+        ]
+        return (
+            "\n".join(m.told(item.check.function) for m in found),
+            tuple(m.words(item.check.function)[0] for m in found),
+        )
 
 
 def _function_of(grade):
@@ -281,10 +306,15 @@ def _name_failing_parts(grades, calls=CALLS):
     """A failed value check that no mutant explains, of a function whose reference version calls
     spec functions that fail their own checks in this submission: the feedback names them (a
     multi_head_attention built on the student's own wrong attention fails where attention does)."""
+
     def failing(grade):
-        return grade.item.error is None and not grade.check_id.endswith("/backward") and \
-            not is_property(grade.check_id) and \
-            _ran_wrong(grade.result, grade.item.check.function)
+        return (
+            grade.item.error is None
+            and not grade.check_id.endswith("/backward")
+            and not is_property(grade.check_id)
+            and _ran_wrong(grade.result, grade.item.check.function)
+        )
+
     wrong = {g.item.check.function for g in grades if failing(g)}
     for grade in grades:
         if failing(grade) and not grade.diagnosis:
@@ -292,9 +322,11 @@ def _name_failing_parts(grades, calls=CALLS):
             parts = [f"`{name}`" for name in calls.get(function, ()) if name in wrong]
             if parts:
                 fails, them = ("fails its", "it") if len(parts) == 1 else ("fail their", "them")
-                grade.diagnosis = (f"Likely cause: {' and '.join(parts)}, which the reference `{function}` calls, "
-                                   f"{fails} own checks. Fix: if yours calls {them}, make {them} pass first; "
-                                   f"these failures may then go too.")
+                grade.diagnosis = (
+                    f"Likely cause: {' and '.join(parts)}, which the reference `{function}` calls, "
+                    f"{fails} own checks. Fix: if yours calls {them}, make {them} pass first; "
+                    f"these failures may then go too."
+                )
 
 
 class _FirstEntry(runner.Preparation):

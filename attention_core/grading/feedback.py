@@ -27,8 +27,9 @@ def call_text(graded, name, args, kwargs):
         after = f", the instance made in {record['mode']} mode with its parameters set to the reference's initial ones"
     params = [p.name for p in graded.call_params] if graded is not None else []
     names = [params[i] if i < len(params) else f"argument {i + 1}" for i in range(len(args))]
-    signature = ", ".join([*names, *(f"{k}={_value(v) if not isinstance(v, torch.Tensor) else k}"
-                                     for k, v in kwargs.items())])
+    signature = ", ".join(
+        [*names, *(f"{k}={_value(v) if not isinstance(v, torch.Tensor) else k}" for k, v in kwargs.items())]
+    )
     lines = [f"{made}({signature}){after}"]
     for label, value in [*zip(names, args), *kwargs.items()]:
         if isinstance(value, torch.Tensor):
@@ -44,8 +45,10 @@ def student_report(result, call="", returns=(), function="", *, unreadable=False
     if unreadable:
         return "not graded: a case of this assignment could not be read (a problem of the assignment, not yours)"
     if result.status is Status.CASE_ERROR:
-        return ("not graded: this check cannot be run on anyone's code (a mistake of the assignment's case, "
-                "worth no points)")
+        return (
+            "not graded: this check cannot be run on anyone's code (a mistake of the assignment's case, "
+            "worth no points)"
+        )
     body = [f"{result.status}: {result.message}"] if result.message else []
     for failure in result.failures[:MAX_FAILURES]:
         body.append(f"{_target(failure.target, returns, function)}: {failure.mismatch.message}")

@@ -78,9 +78,13 @@ def read(folder, names, entry=None, *, one=False):
     linked = any(set(imports) & set(modules) for _, imports in found.values())
     if others:  # students' files beside students' zips or folders
         if linked:
-            return Reading("ambiguous", why=(
-                f"{_shown(folder)}: files that import one another beside zips or folders of code: grade the "
-                f"submissions by name, or the folder as one submission with --entry FILE"))
+            return Reading(
+                "ambiguous",
+                why=(
+                    f"{_shown(folder)}: files that import one another beside zips or folders of code: grade the "
+                    f"submissions by name, or the folder as one submission with --entry FILE"
+                ),
+            )
         return Reading("batch", members=tuple(files + others))
     if linked:
         return _project(folder, found, modules, names)
@@ -89,11 +93,16 @@ def read(folder, names, entry=None, *, one=False):
         return Reading("ambiguous", why=_none_defined(folder, len(files), names))
     if len(empty) == len(files) - 1:  # one file holds the answers, the others none: a student's file and notes
         chosen = next(p for p in files if p not in empty)
-        return Reading("one", entry=chosen, note=(
-            f"{_shown(folder)} is graded as one submission, {escape(chosen.name)}: "
-            f"{escape(', '.join(p.name for p in empty))} define{'s' * (len(empty) == 1)} none of the graded names "
-            f"and {'is' if len(empty) == 1 else 'are'} not imported (grade the files by name if each is a "
-            f"student's)"))
+        return Reading(
+            "one",
+            entry=chosen,
+            note=(
+                f"{_shown(folder)} is graded as one submission, {escape(chosen.name)}: "
+                f"{escape(', '.join(p.name for p in empty))} define{'s' * (len(empty) == 1)} none of the graded names "
+                f"and {'is' if len(empty) == 1 else 'are'} not imported (grade the files by name if each is a "
+                f"student's)"
+            ),
+        )
     return Reading("batch", members=tuple(files))
 
 
@@ -103,8 +112,11 @@ def _one(folder, files, others, names):
         inner = [p for p in others if p.is_dir()]
         if len(inner) == 1 and len(others) == 1:  # a folder that holds its code in one folder (hw3-main/)
             return read(inner[0], names, one=True)
-        return Reading("ambiguous", why="the submission holds no .py file or notebook beside each other: put the "
-                                        "file that defines the graded names at its top")
+        return Reading(
+            "ambiguous",
+            why="the submission holds no .py file or notebook beside each other: put the "
+            "file that defines the graded names at its top",
+        )
     if len(files) == 1:
         return Reading("one", entry=files[0])
     found = {p: _definitions(p, names) for p in files}
@@ -122,9 +134,13 @@ def _one(folder, files, others, names):
         return Reading("one", entry=winners[0])
     if not winners:
         return Reading("ambiguous", why=_none_defined(folder, len(files), names))
-    return Reading("ambiguous", why=(
-        f"the submission holds several files that define as many of the graded names ("
-        f"{escape(', '.join(p.name for p in winners[:4]))}): keep one, or name it {HANDOUT}"))
+    return Reading(
+        "ambiguous",
+        why=(
+            f"the submission holds several files that define as many of the graded names ("
+            f"{escape(', '.join(p.name for p in winners[:4]))}): keep one, or name it {HANDOUT}"
+        ),
+    )
 
 
 def _holds_code(folder, depth=3):
@@ -145,8 +161,10 @@ def _holds_code(folder, depth=3):
 def several(folder, reading):
     """Why a folder that holds several submissions is not one."""
     names = ", ".join(p.name for p in reading.members[:4]) + (", …" if len(reading.members) > 4 else "")
-    return (f"{_shown(folder)} holds several submissions ({escape(names)}: each defines the graded names, and none "
-            f"imports another): grade each one, or name the folder's entry file")
+    return (
+        f"{_shown(folder)} holds several submissions ({escape(names)}: each defines the graded names, and none "
+        f"imports another): grade each one, or name the folder's entry file"
+    )
 
 
 def _project(folder, found, modules, names):
@@ -163,16 +181,22 @@ def _project(folder, found, modules, names):
         return Reading("ambiguous", why=_none_defined(folder, len(found), names))
     winners = [p for p, c in covered.items() if c == best]
     if len(winners) > 1:
-        return Reading("ambiguous", why=(
-            f"{_shown(folder)}: its files import one another (one submission), and {_shown(winners[0])} and "
-            f"{_shown(winners[1])} both hold {best[0]} of the graded names: say which is the submission's "
-            f"entry (--entry FILE)"))
+        return Reading(
+            "ambiguous",
+            why=(
+                f"{_shown(folder)}: its files import one another (one submission), and {_shown(winners[0])} and "
+                f"{_shown(winners[1])} both hold {best[0]} of the graded names: say which is the submission's "
+                f"entry (--entry FILE)"
+            ),
+        )
     return Reading("one", entry=winners[0])
 
 
 def _none_defined(folder, count, names):
-    return (f"{_shown(folder)}: none of its {count} files defines a graded name ({_names(names)}); say which file "
-            f"holds the answers (--entry FILE)")
+    return (
+        f"{_shown(folder)}: none of its {count} files defines a graded name ({_names(names)}); say which file "
+        f"holds the answers (--entry FILE)"
+    )
 
 
 def _definitions(path, names):
@@ -210,8 +234,11 @@ def _notebook_code(text):
     """A notebook's code cells as one text, its lines of shell and magic commands left out."""
     try:
         cells = json.loads(text).get("cells", [])
-        sources = ["".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
-                   for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
+        sources = [
+            "".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+            for c in cells
+            if isinstance(c, dict) and c.get("cell_type") == "code"
+        ]
     except (ValueError, AttributeError, TypeError):
         return ""
     lines = [line for s in sources for line in s.splitlines() if not line.lstrip().startswith(("%", "!"))]

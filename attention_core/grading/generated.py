@@ -21,7 +21,6 @@ mutant that gives the reference's results everywhere it is run is the same progr
 out in eval mode) and names nothing.
 """
 
-
 from __future__ import annotations
 
 import ast
@@ -29,10 +28,10 @@ import copy
 import types
 from dataclasses import dataclass
 
-from attention_core.harness.reading import assignment as assignments
 from attention_core.grading.mutants import Mutant
 from attention_core.grading.operators import operators
 from attention_core.grading.slips import Context, Slip, context_of, slips
+from attention_core.harness.reading import assignment as assignments
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # made again; the rest is the import's
 
@@ -100,8 +99,15 @@ def generate(chosen, source=None, path=None):
         seen.add(text)
         functions = assignments.callables(module, chosen.graded)
         words = (place.slip.mistake, place.slip.fix)
-        found.append(Mutant(f"{place.owner}:{place.slip.kind}:{number}", functions, *words, "values",
-                            parts={name: words for name in functions} if len(functions) > 1 else {}))
+        found.append(
+            Mutant(
+                f"{place.owner}:{place.slip.kind}:{number}",
+                functions,
+                *words,
+                "values",
+                parts={name: words for name in functions} if len(functions) > 1 else {},
+            )
+        )
     return found
 
 

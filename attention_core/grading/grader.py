@@ -19,18 +19,29 @@ from pathlib import Path
 
 import torch
 
-from attention_core.harness.reading import assignment as assignments
-from attention_core.grading import (archives, client, feedback, folders, generated, notebooks, own_mistakes, replies,
-                                    sandbox, wire, worth)
+from attention_core.grading import (
+    archives,
+    client,
+    feedback,
+    folders,
+    generated,
+    notebooks,
+    own_mistakes,
+    properties,
+    replies,
+    sandbox,
+    wire,
+    worth,
+)
 from attention_core.grading.backward import BackwardChecks
 from attention_core.grading.diagnose import Diagnoser, calls_of
-from attention_core.grading import properties
 from attention_core.grading.grades import Grade, SubmissionGrade, charge_unearned
 from attention_core.grading.options import GradingOptions
 from attention_core.grading.property_grades import PropertyGrades
 from attention_core.grading.remote import RemoteFunctions
 from attention_core.harness.checking import runner, torch_route
 from attention_core.harness.checking.results import Result, Status
+from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.model import ShapeExpectation
 from attention_core.harness.text import escape, shorten
 from attention_core.harness.text import points as points_text
@@ -44,8 +55,9 @@ def sandbox_warning(protections):
     missing = (protections or {}).get("missing") or {}
     if not missing:
         return ""
-    lines = [f"WARNING: this submission ran without {len(missing)} of the sandbox's protections "
-             f"(see docs/isolation.md):"]
+    lines = [
+        f"WARNING: this submission ran without {len(missing)} of the sandbox's protections (see docs/isolation.md):"
+    ]
     lines += [f"  - {sandbox.NAMES.get(name, name)}: not in force ({why})" for name, why in missing.items()]
     return "\n".join(lines)
 
@@ -80,11 +92,17 @@ class Grader(BackwardChecks, PropertyGrades):
         # itself (generated.py) name those of any assignment's names.
         made = functools.partial(generated.generate, assignment)  # on first need
         # A teacher's own mistakes (mistakes/*.py) are named as the shipped library's are (own_mistakes.py).
-        self.diagnoser = Diagnoser(self.preparation, generated=made, reference_functions=assignment.functions) \
-            if assignment.builtin else Diagnoser(self.preparation, library=own_mistakes.load(assignment)[0],
-                                                  generated=made,
-                                                  calls=calls_of(assignment.reference, assignment.names),
-                                                  reference_functions=assignment.functions)
+        self.diagnoser = (
+            Diagnoser(self.preparation, generated=made, reference_functions=assignment.functions)
+            if assignment.builtin
+            else Diagnoser(
+                self.preparation,
+                library=own_mistakes.load(assignment)[0],
+                generated=made,
+                calls=calls_of(assignment.reference, assignment.names),
+                reference_functions=assignment.functions,
+            )
+        )
         self._route = torch_route.FUNCTIONS if assignment.builtin else assignment.functions
         self._worker = None
         self._golden_grads: dict = {}
@@ -132,6 +150,7 @@ class Grader(BackwardChecks, PropertyGrades):
         paths = iter(paths)
         upcoming = None  # (path, the future of its set-up): the next submission
         with ThreadPoolExecutor(1, thread_name_prefix="grading-server-chores") as chores:
+
             def calls_made(submission):
                 nonlocal upcoming
                 if submission is not None:
@@ -167,8 +186,14 @@ class Grader(BackwardChecks, PropertyGrades):
         A notebook is graded as the module that runs its code cells (``notebooks.py``), made here first."""
         link = _first_link(path)
         if link is not None:
-            return None, (f"the submission could not be opened: {escape(str(link))} is a symbolic link; a submission "
-                          f"is read as data, and its links are never followed"), False
+            return (
+                None,
+                (
+                    f"the submission could not be opened: {escape(str(link))} is a symbolic link; a submission "
+                    f"is read as data, and its links are never followed"
+                ),
+                False,
+            )
         try:
             entry = None
             if archives.is_zip(path):  # unpacked here under bounds, then graded as what it holds
@@ -176,8 +201,11 @@ class Grader(BackwardChecks, PropertyGrades):
             if path.is_dir():  # the one rule of folders: its entry file, or why it is not one submission
                 reading = folders.read(path, self.assignment.names, self.entry, one=True)
                 if reading.kind != "one":
-                    return None, f"the submission could not be opened: {reading.why or folders.several(path, reading)}", \
-                        False
+                    return (
+                        None,
+                        f"the submission could not be opened: {reading.why or folders.several(path, reading)}",
+                        False,
+                    )
                 if notebooks.is_notebook(reading.entry):
                     path = reading.entry  # a folder whose submission is a notebook: that notebook
                 else:  # (its entry's own folder: the helpers it imports lie beside it)
@@ -215,10 +243,19 @@ class Grader(BackwardChecks, PropertyGrades):
         """Fill ``graded`` with the grades of ``submission`` (None: it could not be opened, ``graded.note`` says
         why): each check, then each property, then what is earned only with right values."""
         if submission is not None and submission.start().status != replies.OK:
-            graded.note = f"the submission could not be imported: {submission.message}\n" + \
-                          "\n".join(submission.traceback)
-        functions = (RemoteFunctions(submission, self.options.call_timeout, gradients=self.options.gradient_points > 0,
-                                     differentiable=self._differentiable) if submission is not None else None)
+            graded.note = f"the submission could not be imported: {submission.message}\n" + "\n".join(
+                submission.traceback
+            )
+        functions = (
+            RemoteFunctions(
+                submission,
+                self.options.call_timeout,
+                gradients=self.options.gradient_points > 0,
+                differentiable=self._differentiable,
+            )
+            if submission is not None
+            else None
+        )
         problem = graded.note
         if submission is not None:
             graded.protections = submission.protections
@@ -235,8 +272,15 @@ class Grader(BackwardChecks, PropertyGrades):
         except Exception as err:  # noqa: BLE001 (the grade stands; only the naming of its mistakes failed)
             for grade in graded.grades:
                 grade.diagnosis, grade.mistakes = "", ()
-            graded.note = "\n\n".join(filter(None, [graded.note, f"(The feedback that names mistakes could not "
-                                                                  f"be made for this submission: {_said(err)}.)"]))
+            graded.note = "\n\n".join(
+                filter(
+                    None,
+                    [
+                        graded.note,
+                        f"(The feedback that names mistakes could not be made for this submission: {_said(err)}.)",
+                    ],
+                )
+            )
 
     def _asked(self, submission, functions, calls):
         """Call -> the submission's value, or CallFailed, for each of ``calls`` (one round trip)."""
@@ -249,9 +293,11 @@ class Grader(BackwardChecks, PropertyGrades):
     def _not_graded(self, graded, err):
         """``graded`` as a row of the grader's own failure ``err``: every check and property at 0 of its points,
         each saying why; the batch writes no record of it, so the next run grades it again."""
-        graded.error = (f"this submission could not be graded: the grader failed on it ({_said(err)}). This is a "
-                        f"fault of the grader, not of the submission: it scores 0 until it is graded again "
-                        f"(--regrade), and the teacher is told")
+        graded.error = (
+            f"this submission could not be graded: the grader failed on it ({_said(err)}). This is a "
+            f"fault of the grader, not of the submission: it scores 0 until it is graded again "
+            f"(--regrade), and the teacher is told"
+        )
         graded.note = "\n\n".join(filter(None, [graded.error, graded.note]))
         grades = []
         try:
@@ -264,9 +310,17 @@ class Grader(BackwardChecks, PropertyGrades):
                 grades.append(Grade(item.id, item, result, 0.0, points + gradient_points, visibility, _source(item)))
             for probe in self.probes:
                 item = properties.PropertyItem(probe)
-                grades.append(Grade(probe.id, item, Result(Status.HARNESS_ERROR, probe.id, item.location,
-                                                           message=graded.error), 0.0, probe.points,
-                                    worth.of_property(self.assignment, probe).visibility, "property"))
+                grades.append(
+                    Grade(
+                        probe.id,
+                        item,
+                        Result(Status.HARNESS_ERROR, probe.id, item.location, message=graded.error),
+                        0.0,
+                        probe.points,
+                        worth.of_property(self.assignment, probe).visibility,
+                        "property",
+                    )
+                )
         except Exception:  # noqa: BLE001 (its points cannot be told either: the row says why, with none)
             grades = []
         graded.grades = grades
@@ -300,8 +354,17 @@ class Grader(BackwardChecks, PropertyGrades):
         source = _source(item)
         refused = self._case_refused(item)
         if refused:  # worth nothing to anyone: no implementation can pass it
-            return [Grade(item.id, item, Result(Status.CASE_ERROR, item.id, item.location, message=refused),
-                          0.0, 0.0, visibility, source)]
+            return [
+                Grade(
+                    item.id,
+                    item,
+                    Result(Status.CASE_ERROR, item.id, item.location, message=refused),
+                    0.0,
+                    0.0,
+                    visibility,
+                    source,
+                )
+            ]
         if functions is None or submission.status != replies.OK:
             result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
         else:
@@ -310,21 +373,23 @@ class Grader(BackwardChecks, PropertyGrades):
         if result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):  # the case's fault, or ours: no one's to pay
             return [Grade(item.id, item, result, 0.0, 0.0, visibility, source)]
         call = self._call_texts.setdefault(item, self._call_text(item))
-        value = Grade(item.id, item, result, self._value_score(item, result, points), points, visibility, source,
-                      call=call)
+        value = Grade(
+            item.id, item, result, self._value_score(item, result, points), points, visibility, source, call=call
+        )
         if gradient_points <= 0:
             return [value]
         if not result.passed:  # one charge per mistake: its gradients are not checked, and charged with it
             value.max_score += gradient_points
             why = "the values are wrong" if result.status is Status.FAILED else "the call returned no values"
-            value.charged = (f"Its gradients were not checked: {why}. This check stands for its backward check's "
-                             f"{points_text(gradient_points)} point{'s' * (gradient_points != 1)} too: one mistake, "
-                             f"charged once.")
+            value.charged = (
+                f"Its gradients were not checked: {why}. This check stands for its backward check's "
+                f"{points_text(gradient_points)} point{'s' * (gradient_points != 1)} too: one mistake, "
+                f"charged once."
+            )
             return [value]
         backward = self._backward(item, submission, functions, result)
         score = gradient_points if backward.passed else 0.0
-        return [value, Grade(backward.check_id, item, backward, score, gradient_points, visibility, source,
-                             call=call)]
+        return [value, Grade(backward.check_id, item, backward, score, gradient_points, visibility, source, call=call)]
 
     def _worth(self, item):
         """(points, visibility, its backward check's points: 0 where it has none) of the loaded check ``item``."""
@@ -369,8 +434,11 @@ class Grader(BackwardChecks, PropertyGrades):
         wrong = set()
         for failure in result.failures:
             expectation = targets.get(failure.target)
-            named = {failure.target, *expectation.expr.names} if expectation is not None else \
-                set(failure.target.split(", "))
+            named = (
+                {failure.target, *expectation.expr.names}
+                if expectation is not None
+                else set(failure.target.split(", "))
+            )
             wrong |= named & set(read)
         right = [name for name in read if name in valued and name not in wrong]  # (a shape alone earns no share)
         return points * len(right) / len(read)
@@ -442,6 +510,7 @@ class Grader(BackwardChecks, PropertyGrades):
             self._judged[key] = judge()
         return self._judged[key]
 
+
 def points_command(assignment, options, out=None):
     """Print every check's, backward check's and property's points and visibility, and the total, as ``grade``
     would grade them (nothing of a submission is run); 0."""
@@ -454,9 +523,16 @@ def points_command(assignment, options, out=None):
     total = sum(r[2] for r in rows)
     hidden = sum(r[2] for r in rows if r[3] != "visible")
     feedback = sum(r[1] == "property" and r[2] == 0 for r in rows)
-    print(f"\ntotal: {points_text(total)} points ({points_text(total - hidden)} visible, {points_text(hidden)} "
-          f"hidden)" + (f"; {feedback} properties are feedback, worth 0 (property_points in assignment.yaml gives "
-                        f"them points)" if feedback else ""), file=out)
+    print(
+        f"\ntotal: {points_text(total)} points ({points_text(total - hidden)} visible, {points_text(hidden)} "
+        f"hidden)"
+        + (
+            f"; {feedback} properties are feedback, worth 0 (property_points in assignment.yaml gives them points)"
+            if feedback
+            else ""
+        ),
+        file=out,
+    )
     return 0
 
 
@@ -483,9 +559,6 @@ def _first_link(path):
                 if os.path.islink(os.path.join(root, name)):
                     return Path(root, name)
     return None
-
-
-
 
 
 def _source(item):

@@ -77,13 +77,31 @@ def charge_unearned(grades):
         total, kinds = sum(g.max_score for g in moved), _counted(moved)
         for grade in moved:
             grade.score, grade.max_score = 0.0, 0.0
-            grade.charged = " ".join(filter(None, [(
-                f"Not credited on its own: `{name}` gives wrong values, and this is earned only with right values; "
-                f"its points are charged once, with {failed.check_id}."), grade.charged]))
+            grade.charged = " ".join(
+                filter(
+                    None,
+                    [
+                        (
+                            f"Not credited on its own: `{name}` gives wrong values, and this is earned only with right values; "
+                            f"its points are charged once, with {failed.check_id}."
+                        ),
+                        grade.charged,
+                    ],
+                )
+            )
         failed.max_score += total
-        failed.charged = " ".join(filter(None, [failed.charged, (
-            f"It also stands for {kinds} resting on `{name}` ({points_text(total)} point{'s' * (total != 1)}): "
-            f"those are earned only with its right values, so one mistake is charged once.")]))
+        failed.charged = " ".join(
+            filter(
+                None,
+                [
+                    failed.charged,
+                    (
+                        f"It also stands for {kinds} resting on `{name}` ({points_text(total)} point{'s' * (total != 1)}): "
+                        f"those are earned only with its right values, so one mistake is charged once."
+                    ),
+                ],
+            )
+        )
 
 
 def _name_of(grade):
@@ -99,12 +117,15 @@ def _shapes_only(grade):
 
 
 def _counted(moved):
-    """"2 properties and 1 check of shapes (with its backward check)": what ``moved`` holds, in words."""
+    """ "2 properties and 1 check of shapes (with its backward check)": what ``moved`` holds, in words."""
     properties = sum(is_property(g.check_id) for g in moved)
     shapes = {g.check_id.removesuffix("/backward") for g in moved if not is_property(g.check_id)}
     backward = any(g.check_id.endswith("/backward") or "backward check" in g.charged for g in moved)
     both = "its backward check" if len(shapes) == 1 else "their backward checks"
-    parts = [f"{properties} propert{'ies' if properties != 1 else 'y'}" if properties else "",
-             f"{len(shapes)} check{'s' * (len(shapes) != 1)} of shapes" + (f" with {both}" if backward else "")
-             if shapes else ""]
+    parts = [
+        f"{properties} propert{'ies' if properties != 1 else 'y'}" if properties else "",
+        f"{len(shapes)} check{'s' * (len(shapes) != 1)} of shapes" + (f" with {both}" if backward else "")
+        if shapes
+        else "",
+    ]
     return " and ".join(filter(None, parts))

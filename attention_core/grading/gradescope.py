@@ -37,8 +37,9 @@ def results_json(graded, drawings=None):
         results["output"] = _cut(results["output"], share)
         for test in results["tests"]:
             test["output"] = _cut(test["output"], share)
-            test["extra_data"] = {k: _cut(v, share) if isinstance(v, str) else v
-                                  for k, v in test.get("extra_data", {}).items()}
+            test["extra_data"] = {
+                k: _cut(v, share) if isinstance(v, str) else v for k, v in test.get("extra_data", {}).items()
+            }
     return results
 
 
@@ -75,8 +76,11 @@ def _test(grade, drawings=None, budget=None):
         "output": output,
         "output_format": output_format,
         "visibility": grade.visibility,
-        "extra_data": {"status": str(grade.result.status), "source": grade.source,
-                       **({"diagnosis": grade.diagnosis} if grade.diagnosis else {})},
+        "extra_data": {
+            "status": str(grade.result.status),
+            "source": grade.source,
+            **({"diagnosis": grade.diagnosis} if grade.diagnosis else {}),
+        },
     }
 
 
@@ -92,8 +96,15 @@ def feedback(grade):
         lines.append(grade.charged)
     check = getattr(grade.item, "check", None)
     returns = tuple(getattr(check, "returns", ()) or ())
-    lines.append(student_report(grade.result, getattr(grade, "call", ""), returns, getattr(check, "function", ""),
-                                unreadable=getattr(grade.item, "error", None) is not None))
+    lines.append(
+        student_report(
+            grade.result,
+            getattr(grade, "call", ""),
+            returns,
+            getattr(check, "function", ""),
+            unreadable=getattr(grade.item, "error", None) is not None,
+        )
+    )
     text = "\n\n".join(lines)
     if len(text) > OUTPUT_LIMIT:
         text = text[:OUTPUT_LIMIT] + f"\n… ({len(text) - OUTPUT_LIMIT} more characters)"
@@ -130,9 +141,14 @@ def write_gradebook(graded_list, path):
         rows[graded.name] = {"score": points(graded.score), "max_score": points(graded.max_score), **scores}
     partial = path.with_name(path.name + ".partial")
     with partial.open("w", newline="", encoding="utf-8") as handle:  # (cells.py: no cell starts a formula)
-        cells.write_rows(handle, [["submission", "score", "max_score", *checks]] + [
-            [name, row.get("score", ""), row.get("max_score", ""), *(row.get(c, "") for c in checks)]
-            for name, row in rows.items()])
+        cells.write_rows(
+            handle,
+            [["submission", "score", "max_score", *checks]]
+            + [
+                [name, row.get("score", ""), row.get("max_score", ""), *(row.get(c, "") for c in checks)]
+                for name, row in rows.items()
+            ],
+        )
     partial.replace(path)
     return {str(row.get("max_score", "")) for row in rows.values()}
 

@@ -101,7 +101,7 @@ def _without_extension(path, text):
     if not (path.suffix.lower() == ".py" or notebooks.is_notebook(path) or archives.is_zip(path)):
         return text
     head, _, last = text.rpartition("/")
-    stem = last[:-len(path.suffix)] if path.suffix and last.endswith(path.suffix) else last
+    stem = last[: -len(path.suffix)] if path.suffix and last.endswith(path.suffix) else last
     if not stem.strip("."):
         return text
     return f"{head}/{stem}" if head else stem

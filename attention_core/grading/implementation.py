@@ -17,8 +17,10 @@ def opened(path, assignment):
     """The graded functions of the implementation at ``path`` (a ``.py`` file, a notebook or a folder),
     each call made in its sandboxed process, for ``assignment``. Raises ValueError, with what to tell
     the user, where it cannot be read or imported."""
-    with client.Worker(names=assignment.names, budget=assignment.settings.budget) as worker, \
-            tempfile.TemporaryDirectory(prefix="attention-impl-") as scratch:
+    with (
+        client.Worker(names=assignment.names, budget=assignment.settings.budget) as worker,
+        tempfile.TemporaryDirectory(prefix="attention-impl-") as scratch,
+    ):
         path = Path(path)
         if notebooks.is_notebook(path):
             try:

@@ -110,8 +110,13 @@ def read_roster(path):
     header = [cell.strip() for cell in table[0]]
     if tuple(header[:2]) == CANVAS_HEADER[:2]:
         preamble = [row for row in table[1:] if row and row[0].strip() in ("Points Possible", "")]
-        students = [row for row in table[1:] if row and row[0].strip() not in ("Points Possible", "")
-                    and row[0].strip() not in ("Test Student", "Student, Test")]  # Canvas's own test student
+        students = [
+            row
+            for row in table[1:]
+            if row
+            and row[0].strip() not in ("Points Possible", "")
+            and row[0].strip() not in ("Test Student", "Student, Test")
+        ]  # Canvas's own test student
         ids = [row[1].strip() if len(row) > 1 else "" for row in students]
         names = [row[0].strip() for row in students]
         return Roster(CANVAS, path, header, students, ids, names, preamble)
@@ -121,9 +126,11 @@ def read_roster(path):
         ids = [re.sub(r"\D", "", row[at]) if len(row) > at else "" for row in students]
         names = [row[name_at].strip() if len(row) > name_at else "" for row in students]
         return Roster(MOODLE, path, header, students, ids, names)
-    raise RosterError(f"{path}: neither a Canvas gradebook export (its columns start Student, ID, ...) nor a "
-                      f"Moodle grading worksheet (it has Identifier and Full name): its columns are "
-                      f"{', '.join(header[:6])}")
+    raise RosterError(
+        f"{path}: neither a Canvas gradebook export (its columns start Student, ID, ...) nor a "
+        f"Moodle grading worksheet (it has Identifier and Full name): its columns are "
+        f"{', '.join(header[:6])}"
+    )
 
 
 def canvas_column(roster, title):
@@ -166,8 +173,10 @@ def write_moodle(roster, grades, feedback, path):
     header = list(roster.header)
     if MOODLE_FEEDBACK not in header:
         header.append(MOODLE_FEEDBACK)
-    grade_at, feedback_at = header.index(MOODLE_GRADE) if MOODLE_GRADE in header else None, \
-        header.index(MOODLE_FEEDBACK)
+    grade_at, feedback_at = (
+        header.index(MOODLE_GRADE) if MOODLE_GRADE in header else None,
+        header.index(MOODLE_FEEDBACK),
+    )
     if grade_at is None:
         header.append(MOODLE_GRADE)
         grade_at = len(header) - 1
@@ -255,8 +264,16 @@ def write_roster_files(students, scores, owners, title, out, report):
             rows.append([student, name, "", "", "", "not submitted"])
         else:
             one, owner = found
-            rows.append([student, name, one.name, _points(one.score), _points(one.max_score),
-                         "graded, late" if owner.late else "graded"])
+            rows.append(
+                [
+                    student,
+                    name,
+                    one.name,
+                    _points(one.score),
+                    _points(one.max_score),
+                    "graded, late" if owner.late else "graded",
+                ]
+            )
     rows += [["", "", one.name, _points(one.score), _points(one.max_score), "matches no student"] for one in unmatched]
     _write(out / "roster.csv", rows)
     grades = {student: one.score for student, (one, _) in by_student.items()}
@@ -269,11 +286,17 @@ def write_roster_files(students, scores, owners, title, out, report):
         feedback = {student: _feedback_line(one) for student, (one, _) in by_student.items()}
         write_moodle(students, grades, feedback, target)
     missing = [name for student, name in zip(students.ids, students.names) if student not in by_student]
-    print(f"\nroster: {len(by_student)} of {len(students.ids)} students submitted; not submitted: "
-          f"{', '.join(map(_escape, missing)) or 'none'}", file=report)
+    print(
+        f"\nroster: {len(by_student)} of {len(students.ids)} students submitted; not submitted: "
+        f"{', '.join(map(_escape, missing)) or 'none'}",
+        file=report,
+    )
     if unmatched:
-        print(f"roster: {len(unmatched)} submission{'s' * (len(unmatched) != 1)} match no student: "
-              f"{', '.join(_escape(one.name) for one in unmatched)}", file=report)
+        print(
+            f"roster: {len(unmatched)} submission{'s' * (len(unmatched) != 1)} match no student: "
+            f"{', '.join(_escape(one.name) for one in unmatched)}",
+            file=report,
+        )
     print(f"wrote {out / 'roster.csv'} and {target} ({students.platform}'s import format)", file=report)
 
 

@@ -48,8 +48,10 @@ class Mutant:
         if self.breaks not in BREAKS:
             raise ValueError(f"breaks must be one of {BREAKS}, not {self.breaks!r}")
         if len(self.functions) > 1 and set(self.parts) != set(self.functions):
-            raise ValueError(f"mutant {self.name!r} changes {sorted(self.functions)}: its parts must word "
-                             f"the mistake of each of them alone")
+            raise ValueError(
+                f"mutant {self.name!r} changes {sorted(self.functions)}: its parts must word "
+                f"the mistake of each of them alone"
+            )
 
     def words(self, function):
         """(the mistake, its fix) as a failed check of ``function`` tells them."""
@@ -246,7 +248,7 @@ def softmax_through_tolist(x, dim=-1):
 def layer_norm_under_no_grad(x, eps=1e-5):
     with torch.no_grad():
         centred = x - x.mean(dim=-1, keepdim=True)
-        return centred / torch.sqrt((centred ** 2).mean(dim=-1, keepdim=True) + eps)
+        return centred / torch.sqrt((centred**2).mean(dim=-1, keepdim=True) + eps)
 
 
 def attention_scaling_q_in_place(q, k, v, mask=None, scale=None):
@@ -280,124 +282,247 @@ def multi_head_attention_scaled_by_width(x, w_q, w_k, w_v, n_heads, mask=None):
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("no_scale", {"attention": attention_without_scale},
-           "the scores q @ kᵀ are not multiplied by the default scale 1 / sqrt(d_k)",
-           "Multiply the scores by scale, which defaults to 1 / sqrt(d_k) (q.shape[-1]).", "values"),
-    Mutant("scale_by_d_v", {"attention": attention_scaled_by_d_v},
-           "the default scale is 1 / sqrt(d_v), from v's last dimension, instead of 1 / sqrt(d_k)",
-           "Take the default scale from q's (or k's) last dimension: 1 / sqrt(d_k).", "values"),
-    Mutant("weights_times_v_transposed", {"attention": attention_with_v_transposed},
-           "the output is weights @ vᵀ (the value.T slip) instead of weights @ v; it runs only when v is square",
-           "Return weights @ v, of shape (..., Tq, d_v).", "values"),
-    Mutant("softmax_wrong_axis",
-           {"softmax": softmax_over_dim_0, "attention": attention_softmax_over_queries},
-           "softmax over the wrong axis: softmax over dim 0 whatever dim is given, and attention's softmax "
-           "over the query axis (dim -2), so columns instead of rows sum to one",
-           "Normalise over the given dim in softmax, and over the key axis (dim -1) of the scores in attention.",
-           "values",
-           {"softmax": ("softmax over the wrong axis: over dim 0 whatever dim is given",
-                        "Normalise over the given dim: subtract its maximum, exponentiate, divide by its sum."),
-            "attention": ("attention's softmax over the query axis (dim -2), so columns instead of rows of "
-                          "the weights sum to one",
-                          "Take the softmax of the scores over the key axis (dim -1).")}),
-    Mutant("mask_inverted", {"attention": attention_mask_inverted},
-           "the bool mask is read inverted: True is taken as blocked, where the spec's True means may attend",
-           "Fill the scores with -inf where the mask is False (scores.masked_fill(~mask, -inf)).", "values"),
-    Mutant("causal_mask_without_diagonal", {"causal_mask": causal_mask_without_diagonal},
-           "the causal mask leaves out the diagonal (tril(-1)): query i may not attend to key i",
-           "Keep the diagonal: True where j <= i (tril(), not tril(-1)).", "values"),
-    Mutant("softmax_without_max_subtraction", {"softmax": softmax_without_shift},
-           "softmax without subtracting the maximum first: exp overflows to inf and the result is nan for "
-           "large inputs such as [1000, 2000, 3000] in float32",
-           "Subtract the maximum along dim (keepdim=True) before exp.", "values"),
-    Mutant("causal_average_without_current", {"causal_average": causal_average_without_current},
-           "the causal average leaves out the current row: row t is the mean of rows 0..t-1 (row 0 zeros), "
-           "not of rows 0..t",
-           "Average rows 0..t inclusive: the cumulative sum divided by t + 1.", "values"),
-    Mutant("split_heads_without_transpose", {"split_heads": split_heads_by_bare_view},
-           "the heads are split by a bare view/reshape to (..., n_heads, T, hs), with no transpose: "
-           "each head takes rows of other positions, not its own channels",
-           "Reshape to (..., T, n_heads, hs), then transpose(-3, -2).", "values"),
-    Mutant("merge_heads_without_transpose", {"merge_heads": merge_heads_by_bare_view},
-           "the heads are merged without moving the head axis back: (..., n_heads, T, hs) reshaped "
-           "straight to (..., T, n_heads * hs)",
-           "transpose(-3, -2) to (..., T, n_heads, hs) first, then reshape.", "values"),
-    Mutant("weights_are_scores", {"attention": attention_returning_scores},
-           "attention returns the scaled scores before the softmax as its weights",
-           "Return the softmax of the scores as the weights, the same weights that multiply v.", "values"),
-    Mutant("multi_head_attention_drops_mask", {"multi_head_attention": multi_head_attention_without_mask},
-           "multi_head_attention drops the mask: every head attends to every key",
-           "Pass the mask on to each head's attention (it broadcasts over the heads).", "values"),
-    Mutant("transpose_for_2d_only", {"attention": attention_with_k_T},
-           "k.T instead of k.transpose(-2, -1): right for a 2-D k, but on batched inputs .T reverses every "
-           "axis, so it raises or computes the wrong product",
-           "Transpose only the last two axes: k.transpose(-2, -1) (or k.mT).", "values"),
-    Mutant("layer_norm_unbiased_variance", {"layer_norm": layer_norm_unbiased},
-           "layer_norm divides by the unbiased (n-1) variance instead of the biased one (divided by C)",
-           "Use x.var(dim=-1, unbiased=False, keepdim=True).", "values"),
-    Mutant("scores_detached", {"attention": attention_scores_detached},
-           "the scores are .detach()ed: the values are right but no gradient reaches q or k",
-           "Remove .detach(): keep every step of the computation in the autograd graph.", "gradient"),
-    Mutant("tolist_round_trip", {"softmax": softmax_through_tolist},
-           "softmax goes through .tolist() and torch.tensor: the values are right but the result is cut "
-           "from the autograd graph, so x gets no gradient",
-           "Compute on the tensor itself with torch operations, never through Python lists.", "gradient"),
-    Mutant("computed_under_no_grad", {"layer_norm": layer_norm_under_no_grad},
-           "layer_norm is computed under torch.no_grad(): the values are right but there is no gradient",
-           "Remove torch.no_grad(): the spec functions must stay differentiable.", "gradient"),
-    Mutant("q_scaled_in_place", {"attention": attention_scaling_q_in_place},
-           "q is scaled in place (q.mul_(scale)): the values are right but the caller's q is changed",
-           "Scale out of place: scores = (q @ k.transpose(-2, -1)) * scale.", "side effect"),
-    Mutant("scale_by_d_k", {"attention": attention_scaled_by_d_k},
-           "the default scale is 1 / d_k instead of 1 / sqrt(d_k): the square root is missing",
-           "Scale the scores by 1 / math.sqrt(d_k), d_k = q.shape[-1].", "values"),
-    Mutant("masked_with_zero", {"attention": attention_masked_with_zero},
-           "blocked scores are set to 0 instead of -inf, so a blocked key still gets weight exp(0)",
-           "Fill the blocked scores with float('-inf') (scores.masked_fill(~mask, float('-inf'))).", "values"),
-    Mutant("causal_average_divided_by_T", {"causal_average": causal_average_divided_by_T},
-           "the causal average divides every cumulative sum by T instead of by its own count: row t is "
-           "the sum of rows 0..t over T, not their mean",
-           "Divide row t's cumulative sum by t + 1 (torch.arange(1, T + 1)).", "values"),
-    Mutant("causal_mask_of_floats", {"causal_mask": causal_mask_of_floats},
-           "the causal mask holds floats (1.0 and 0.0, from torch.ones(T, T).tril()) instead of booleans, so "
-           "~mask and masked_fill(~mask, …) cannot take it",
-           "Make it boolean: torch.ones(T, T, dtype=torch.bool).tril() (or .tril() of a bool tensor).", "values"),
+    Mutant(
+        "no_scale",
+        {"attention": attention_without_scale},
+        "the scores q @ kᵀ are not multiplied by the default scale 1 / sqrt(d_k)",
+        "Multiply the scores by scale, which defaults to 1 / sqrt(d_k) (q.shape[-1]).",
+        "values",
+    ),
+    Mutant(
+        "scale_by_d_v",
+        {"attention": attention_scaled_by_d_v},
+        "the default scale is 1 / sqrt(d_v), from v's last dimension, instead of 1 / sqrt(d_k)",
+        "Take the default scale from q's (or k's) last dimension: 1 / sqrt(d_k).",
+        "values",
+    ),
+    Mutant(
+        "weights_times_v_transposed",
+        {"attention": attention_with_v_transposed},
+        "the output is weights @ vᵀ (the value.T slip) instead of weights @ v; it runs only when v is square",
+        "Return weights @ v, of shape (..., Tq, d_v).",
+        "values",
+    ),
+    Mutant(
+        "softmax_wrong_axis",
+        {"softmax": softmax_over_dim_0, "attention": attention_softmax_over_queries},
+        "softmax over the wrong axis: softmax over dim 0 whatever dim is given, and attention's softmax "
+        "over the query axis (dim -2), so columns instead of rows sum to one",
+        "Normalise over the given dim in softmax, and over the key axis (dim -1) of the scores in attention.",
+        "values",
+        {
+            "softmax": (
+                "softmax over the wrong axis: over dim 0 whatever dim is given",
+                "Normalise over the given dim: subtract its maximum, exponentiate, divide by its sum.",
+            ),
+            "attention": (
+                "attention's softmax over the query axis (dim -2), so columns instead of rows of "
+                "the weights sum to one",
+                "Take the softmax of the scores over the key axis (dim -1).",
+            ),
+        },
+    ),
+    Mutant(
+        "mask_inverted",
+        {"attention": attention_mask_inverted},
+        "the bool mask is read inverted: True is taken as blocked, where the spec's True means may attend",
+        "Fill the scores with -inf where the mask is False (scores.masked_fill(~mask, -inf)).",
+        "values",
+    ),
+    Mutant(
+        "causal_mask_without_diagonal",
+        {"causal_mask": causal_mask_without_diagonal},
+        "the causal mask leaves out the diagonal (tril(-1)): query i may not attend to key i",
+        "Keep the diagonal: True where j <= i (tril(), not tril(-1)).",
+        "values",
+    ),
+    Mutant(
+        "softmax_without_max_subtraction",
+        {"softmax": softmax_without_shift},
+        "softmax without subtracting the maximum first: exp overflows to inf and the result is nan for "
+        "large inputs such as [1000, 2000, 3000] in float32",
+        "Subtract the maximum along dim (keepdim=True) before exp.",
+        "values",
+    ),
+    Mutant(
+        "causal_average_without_current",
+        {"causal_average": causal_average_without_current},
+        "the causal average leaves out the current row: row t is the mean of rows 0..t-1 (row 0 zeros), "
+        "not of rows 0..t",
+        "Average rows 0..t inclusive: the cumulative sum divided by t + 1.",
+        "values",
+    ),
+    Mutant(
+        "split_heads_without_transpose",
+        {"split_heads": split_heads_by_bare_view},
+        "the heads are split by a bare view/reshape to (..., n_heads, T, hs), with no transpose: "
+        "each head takes rows of other positions, not its own channels",
+        "Reshape to (..., T, n_heads, hs), then transpose(-3, -2).",
+        "values",
+    ),
+    Mutant(
+        "merge_heads_without_transpose",
+        {"merge_heads": merge_heads_by_bare_view},
+        "the heads are merged without moving the head axis back: (..., n_heads, T, hs) reshaped "
+        "straight to (..., T, n_heads * hs)",
+        "transpose(-3, -2) to (..., T, n_heads, hs) first, then reshape.",
+        "values",
+    ),
+    Mutant(
+        "weights_are_scores",
+        {"attention": attention_returning_scores},
+        "attention returns the scaled scores before the softmax as its weights",
+        "Return the softmax of the scores as the weights, the same weights that multiply v.",
+        "values",
+    ),
+    Mutant(
+        "multi_head_attention_drops_mask",
+        {"multi_head_attention": multi_head_attention_without_mask},
+        "multi_head_attention drops the mask: every head attends to every key",
+        "Pass the mask on to each head's attention (it broadcasts over the heads).",
+        "values",
+    ),
+    Mutant(
+        "transpose_for_2d_only",
+        {"attention": attention_with_k_T},
+        "k.T instead of k.transpose(-2, -1): right for a 2-D k, but on batched inputs .T reverses every "
+        "axis, so it raises or computes the wrong product",
+        "Transpose only the last two axes: k.transpose(-2, -1) (or k.mT).",
+        "values",
+    ),
+    Mutant(
+        "layer_norm_unbiased_variance",
+        {"layer_norm": layer_norm_unbiased},
+        "layer_norm divides by the unbiased (n-1) variance instead of the biased one (divided by C)",
+        "Use x.var(dim=-1, unbiased=False, keepdim=True).",
+        "values",
+    ),
+    Mutant(
+        "scores_detached",
+        {"attention": attention_scores_detached},
+        "the scores are .detach()ed: the values are right but no gradient reaches q or k",
+        "Remove .detach(): keep every step of the computation in the autograd graph.",
+        "gradient",
+    ),
+    Mutant(
+        "tolist_round_trip",
+        {"softmax": softmax_through_tolist},
+        "softmax goes through .tolist() and torch.tensor: the values are right but the result is cut "
+        "from the autograd graph, so x gets no gradient",
+        "Compute on the tensor itself with torch operations, never through Python lists.",
+        "gradient",
+    ),
+    Mutant(
+        "computed_under_no_grad",
+        {"layer_norm": layer_norm_under_no_grad},
+        "layer_norm is computed under torch.no_grad(): the values are right but there is no gradient",
+        "Remove torch.no_grad(): the spec functions must stay differentiable.",
+        "gradient",
+    ),
+    Mutant(
+        "q_scaled_in_place",
+        {"attention": attention_scaling_q_in_place},
+        "q is scaled in place (q.mul_(scale)): the values are right but the caller's q is changed",
+        "Scale out of place: scores = (q @ k.transpose(-2, -1)) * scale.",
+        "side effect",
+    ),
+    Mutant(
+        "scale_by_d_k",
+        {"attention": attention_scaled_by_d_k},
+        "the default scale is 1 / d_k instead of 1 / sqrt(d_k): the square root is missing",
+        "Scale the scores by 1 / math.sqrt(d_k), d_k = q.shape[-1].",
+        "values",
+    ),
+    Mutant(
+        "masked_with_zero",
+        {"attention": attention_masked_with_zero},
+        "blocked scores are set to 0 instead of -inf, so a blocked key still gets weight exp(0)",
+        "Fill the blocked scores with float('-inf') (scores.masked_fill(~mask, float('-inf'))).",
+        "values",
+    ),
+    Mutant(
+        "causal_average_divided_by_T",
+        {"causal_average": causal_average_divided_by_T},
+        "the causal average divides every cumulative sum by T instead of by its own count: row t is "
+        "the sum of rows 0..t over T, not their mean",
+        "Divide row t's cumulative sum by t + 1 (torch.arange(1, T + 1)).",
+        "values",
+    ),
+    Mutant(
+        "causal_mask_of_floats",
+        {"causal_mask": causal_mask_of_floats},
+        "the causal mask holds floats (1.0 and 0.0, from torch.ones(T, T).tril()) instead of booleans, so "
+        "~mask and masked_fill(~mask, …) cannot take it",
+        "Make it boolean: torch.ones(T, T, dtype=torch.bool).tril() (or .tril() of a bool tensor).",
+        "values",
+    ),
 )
 
 MUTANTS += (
-    Mutant("mask_after_softmax", {"attention": attention_masked_after_softmax},
-           "the mask is applied after the softmax, to the weights (blocked weights set to 0, so the rows no "
-           "longer sum to 1) instead of to the scores before it",
-           "Mask the scores (-inf where blocked, or add a float mask) before the softmax.", "values"),
-    Mutant("float_mask_as_bool", {"attention": attention_float_mask_as_bool},
-           "a floating mask is read as a bool one (its 0 entries blocked), where a floating mask is added to the "
-           "scores (0: allowed, -inf or a large negative number: blocked)",
-           "Add a floating mask to the scores; only a bool mask is filled with -inf where it is False.", "values"),
-    Mutant("multi_head_attention_scaled_by_width", {"multi_head_attention": multi_head_attention_scaled_by_width},
-           "multi_head_attention scales each head's scores by 1 / sqrt(n_heads * d_k), the whole width, instead of "
-           "1 / sqrt(d_k), each head's own size",
-           "Let each head's attention take its default scale from the head's size: 1 / sqrt(C // n_heads).",
-           "values"),
+    Mutant(
+        "mask_after_softmax",
+        {"attention": attention_masked_after_softmax},
+        "the mask is applied after the softmax, to the weights (blocked weights set to 0, so the rows no "
+        "longer sum to 1) instead of to the scores before it",
+        "Mask the scores (-inf where blocked, or add a float mask) before the softmax.",
+        "values",
+    ),
+    Mutant(
+        "float_mask_as_bool",
+        {"attention": attention_float_mask_as_bool},
+        "a floating mask is read as a bool one (its 0 entries blocked), where a floating mask is added to the "
+        "scores (0: allowed, -inf or a large negative number: blocked)",
+        "Add a floating mask to the scores; only a bool mask is filled with -inf where it is False.",
+        "values",
+    ),
+    Mutant(
+        "multi_head_attention_scaled_by_width",
+        {"multi_head_attention": multi_head_attention_scaled_by_width},
+        "multi_head_attention scales each head's scores by 1 / sqrt(n_heads * d_k), the whole width, instead of "
+        "1 / sqrt(d_k), each head's own size",
+        "Let each head's attention take its default scale from the head's size: 1 / sqrt(C // n_heads).",
+        "values",
+    ),
 )
 
 MUTANTS += (
-    Mutant("causal_average_of_earlier_rows", {"causal_average": causal_average_of_earlier_rows},
-           "the causal average leaves out the current row: row t is the mean of rows 0..t-1 (x[:t]), so row 0 is "
-           "0 / 0 (NaN), not the mean of rows 0..t",
-           "Average rows 0..t inclusive (x[:t + 1]): the cumulative sum divided by t + 1.", "values"),
-    Mutant("causal_average_over_channels", {"causal_average": causal_average_over_channels},
-           "the causal average runs along each token's channels (the last dimension) instead of along the tokens "
-           "(dim -2)", "Take the running mean over the tokens: x.cumsum(dim=-2) divided by t + 1.", "values"),
-    Mutant("softmax_as_log_softmax", {"softmax": softmax_as_log_softmax},
-           "softmax returns log-probabilities (log_softmax) instead of probabilities that sum to 1",
-           "Return the probabilities themselves: exp(x - max) over their sum, not its logarithm.", "values"),
-    Mutant("attention_ignores_scale", {"attention": attention_ignoring_scale},
-           "attention ignores the `scale` it is given and always scales by 1 / sqrt(d_k)",
-           "Use scale when it is given; 1 / sqrt(d_k) only when scale is None.", "values"),
-    Mutant("split_heads_interleaved", {"split_heads": split_heads_interleaved},
-           "the heads are split as (..., T, hs, n_heads): head h takes every n_heads-th channel instead of the "
-           "block of channels h * hs .. (h + 1) * hs",
-           "Reshape to (..., T, n_heads, hs), then transpose(-3, -2).", "values"),
+    Mutant(
+        "causal_average_of_earlier_rows",
+        {"causal_average": causal_average_of_earlier_rows},
+        "the causal average leaves out the current row: row t is the mean of rows 0..t-1 (x[:t]), so row 0 is "
+        "0 / 0 (NaN), not the mean of rows 0..t",
+        "Average rows 0..t inclusive (x[:t + 1]): the cumulative sum divided by t + 1.",
+        "values",
+    ),
+    Mutant(
+        "causal_average_over_channels",
+        {"causal_average": causal_average_over_channels},
+        "the causal average runs along each token's channels (the last dimension) instead of along the tokens (dim -2)",
+        "Take the running mean over the tokens: x.cumsum(dim=-2) divided by t + 1.",
+        "values",
+    ),
+    Mutant(
+        "softmax_as_log_softmax",
+        {"softmax": softmax_as_log_softmax},
+        "softmax returns log-probabilities (log_softmax) instead of probabilities that sum to 1",
+        "Return the probabilities themselves: exp(x - max) over their sum, not its logarithm.",
+        "values",
+    ),
+    Mutant(
+        "attention_ignores_scale",
+        {"attention": attention_ignoring_scale},
+        "attention ignores the `scale` it is given and always scales by 1 / sqrt(d_k)",
+        "Use scale when it is given; 1 / sqrt(d_k) only when scale is None.",
+        "values",
+    ),
+    Mutant(
+        "split_heads_interleaved",
+        {"split_heads": split_heads_interleaved},
+        "the heads are split as (..., T, hs, n_heads): head h takes every n_heads-th channel instead of the "
+        "block of channels h * hs .. (h + 1) * hs",
+        "Reshape to (..., T, n_heads, hs), then transpose(-3, -2).",
+        "values",
+    ),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

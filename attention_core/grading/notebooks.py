@@ -113,13 +113,15 @@ def module_source(path):
         run, cell_notes = strip_magics(source, number)
         cells.append(run)
         notes += cell_notes
-    return (f"# Generated from the notebook {Path(path).name!a} by attention_core.grading.notebooks.\n"
-            f"{_RUNNER}\n\n"
-            "_notebook_run(\n"
-            "    [\n" + "".join(f"        {source!r},\n" for source in cells) + "    ],\n"
-            "    [\n" + "".join(f"        {note!r},\n" for note in notes) + "    ],\n"
-            "    globals(),\n"
-            ")\n")
+    return (
+        f"# Generated from the notebook {Path(path).name!a} by attention_core.grading.notebooks.\n"
+        f"{_RUNNER}\n\n"
+        "_notebook_run(\n"
+        "    [\n" + "".join(f"        {source!r},\n" for source in cells) + "    ],\n"
+        "    [\n" + "".join(f"        {note!r},\n" for note in notes) + "    ],\n"
+        "    globals(),\n"
+        ")\n"
+    )
 
 
 def write_module(path, folder):
@@ -199,7 +201,7 @@ def _continued_magic(i, lines, magics):
 
 def _as_pass(line):
     """``pass`` at ``line``'s indentation, with its line ending: the cell keeps its line numbers."""
-    indent = line[:len(line) - len(line.lstrip(" \t"))]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
     return indent + "pass" + ("\n" if line.endswith("\n") else "")
 
 
@@ -209,7 +211,7 @@ def _note(number, line, text):
 
 def _short(text):
     text = " ".join(text.split())
-    return text if len(text) <= _NOTE_CHARS else text[:_NOTE_CHARS - 3] + "..."
+    return text if len(text) <= _NOTE_CHARS else text[: _NOTE_CHARS - 3] + "..."
 
 
 def _read_text(path, shown):
@@ -250,8 +252,13 @@ def _read_at_most(fd, limit):
 
 
 def _kind(mode):
-    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
-             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+    kinds = {
+        stat.S_ISDIR: "a folder",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
     return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
 
 
@@ -277,8 +284,9 @@ def _code_cells(text, shown):
         if not isinstance(source, str):
             raise NotebookError(f"{shown}: code cell {number} has no source text")
         if len(source) > MAX_CELL_CHARS:
-            raise NotebookError(f"{shown}: code cell {number} is {len(source)} characters long, "
-                                f"over the limit of {MAX_CELL_CHARS}")
+            raise NotebookError(
+                f"{shown}: code cell {number} is {len(source)} characters long, over the limit of {MAX_CELL_CHARS}"
+            )
     return sources
 
 

@@ -27,29 +27,57 @@ from attention_core.grading.slips import Slip, _name, _number, _self_attribute
 
 TORCH_MODULES = ("torch", "F", "functional", "nn", "math", "np", "numpy")
 
-_FLIPPED = {ast.Lt: (ast.LtE, "<", "<="), ast.LtE: (ast.Lt, "<=", "<"), ast.Gt: (ast.GtE, ">", ">="),
-            ast.GtE: (ast.Gt, ">=", ">")}
+_FLIPPED = {
+    ast.Lt: (ast.LtE, "<", "<="),
+    ast.LtE: (ast.Lt, "<=", "<"),
+    ast.Gt: (ast.GtE, ">", ">="),
+    ast.GtE: (ast.Gt, ">=", ">"),
+}
 
 LOOK_ALIKE = {  # a call's name -> (the name put in its place, the sentence, the fix)
-    "repeat_interleave": ("repeat", "`repeat` where `repeat_interleave` belongs: the copies come as whole blocks "
-                                    "(a b a b) instead of each one in turn (a a b b)",
-                          "Use repeat_interleave, which repeats each entry in turn (a a b b)."),
-    "repeat": ("repeat_interleave", "`repeat_interleave` where `repeat` belongs: each entry is repeated in turn "
-                                    "(a a b b) instead of the whole block (a b a b)",
-               "Use repeat, which tiles the whole block (a b a b)."),
+    "repeat_interleave": (
+        "repeat",
+        "`repeat` where `repeat_interleave` belongs: the copies come as whole blocks "
+        "(a b a b) instead of each one in turn (a a b b)",
+        "Use repeat_interleave, which repeats each entry in turn (a a b b).",
+    ),
+    "repeat": (
+        "repeat_interleave",
+        "`repeat_interleave` where `repeat` belongs: each entry is repeated in turn "
+        "(a a b b) instead of the whole block (a b a b)",
+        "Use repeat, which tiles the whole block (a b a b).",
+    ),
     "log_softmax": ("softmax", "`softmax` where `log_softmax` belongs", "Take the log_softmax there."),
-    "softmax": ("log_softmax", "`log_softmax` where `softmax` belongs: the weights are log-probabilities, not "
-                               "probabilities that sum to 1", "Take the softmax there, not its logarithm."),
-    "sum": ("mean", "`mean` where `sum` belongs: the total is divided by the count",
-            "Sum there: no division by the number of entries."),
-    "mean": ("sum", "`sum` where `mean` belongs: the total is not divided by the number of entries",
-             "Take the mean there (the sum divided by the number of entries)."),
-    "sin": ("cos", "the sine and the cosine are in each other's place",
-            "Use the sine where the formula has it, the cosine where it has the cosine."),
-    "cos": ("sin", "the sine and the cosine are in each other's place",
-            "Use the sine where the formula has it, the cosine where it has the cosine."),
-    "silu": ("sigmoid", "`sigmoid` where SiLU belongs: the gate is sigmoid(x), not x * sigmoid(x)",
-             "Use SiLU (x * sigmoid(x)), e.g. F.silu."),
+    "softmax": (
+        "log_softmax",
+        "`log_softmax` where `softmax` belongs: the weights are log-probabilities, not probabilities that sum to 1",
+        "Take the softmax there, not its logarithm.",
+    ),
+    "sum": (
+        "mean",
+        "`mean` where `sum` belongs: the total is divided by the count",
+        "Sum there: no division by the number of entries.",
+    ),
+    "mean": (
+        "sum",
+        "`sum` where `mean` belongs: the total is not divided by the number of entries",
+        "Take the mean there (the sum divided by the number of entries).",
+    ),
+    "sin": (
+        "cos",
+        "the sine and the cosine are in each other's place",
+        "Use the sine where the formula has it, the cosine where it has the cosine.",
+    ),
+    "cos": (
+        "sin",
+        "the sine and the cosine are in each other's place",
+        "Use the sine where the formula has it, the cosine where it has the cosine.",
+    ),
+    "silu": (
+        "sigmoid",
+        "`sigmoid` where SiLU belongs: the gate is sigmoid(x), not x * sigmoid(x)",
+        "Use SiLU (x * sigmoid(x)), e.g. F.silu.",
+    ),
 }
 
 
@@ -58,27 +86,50 @@ def operators(node, owner_names=()):
     found = []
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _FLIPPED:
         flipped, was, now = _FLIPPED[type(node.ops[0])]
-        found.append(Slip("comparison_boundary", f"a comparison is off by one: `{now}` where `{was}` belongs, so the "
-                                                 f"element on the boundary falls on the wrong side",
-                          f"Compare with `{was}` there: decide which side the boundary element belongs to (i == j, "
-                          f"or the window's edge).", ast.Compare(node.left, [flipped()], node.comparators)))
+        found.append(
+            Slip(
+                "comparison_boundary",
+                f"a comparison is off by one: `{now}` where `{was}` belongs, so the "
+                f"element on the boundary falls on the wrong side",
+                f"Compare with `{was}` there: decide which side the boundary element belongs to (i == j, "
+                f"or the window's edge).",
+                ast.Compare(node.left, [flipped()], node.comparators),
+            )
+        )
     if isinstance(node, ast.Call):
         name = _name(node)
         found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
         found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node)
         if name == "abs" and len(node.args) == 1 and not node.keywords:
-            found.append(Slip("abs_missing", "the absolute value is left out", "Take the absolute value there "
-                                                                                "(abs).", node.args[0]))
+            found.append(
+                Slip(
+                    "abs_missing",
+                    "the absolute value is left out",
+                    "Take the absolute value there (abs).",
+                    node.args[0],
+                )
+            )
     if isinstance(node, ast.BinOp):
         found += _dropped_terms(node) + _constant_moved_out(node) + _layers_swapped(node) + _one_off(node)
         found += _factor_unused(node) + _division_missing(node)
         if isinstance(node.op, ast.Sub) and not _constant(node.left) and not _constant(node.right):
-            found.append(Slip("subtraction_swapped", "the two sides of a subtraction are swapped (b - a where a - b "
-                                                     "belongs): its sign is flipped",
-                              "Subtract in the order of the formula.", ast.BinOp(node.right, ast.Sub(), node.left)))
+            found.append(
+                Slip(
+                    "subtraction_swapped",
+                    "the two sides of a subtraction are swapped (b - a where a - b belongs): its sign is flipped",
+                    "Subtract in the order of the formula.",
+                    ast.BinOp(node.right, ast.Sub(), node.left),
+                )
+            )
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not _constant(node.operand):
-        found.append(Slip("sign_missing", "a minus sign is left out (x where -x belongs)",
-                          "Negate there, as the formula does.", node.operand))
+        found.append(
+            Slip(
+                "sign_missing",
+                "a minus sign is left out (x where -x belongs)",
+                "Negate there, as the formula does.",
+                node.operand,
+            )
+        )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         found += _norm_order_back(node)
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
@@ -98,15 +149,24 @@ def _shown(name, owner_names):
 
 
 def _ranges(node, name):
-    if name not in ("range", "arange") or any(k.arg not in ("dtype", "device") for k in node.keywords) or \
-            not 1 <= len(node.args) <= 3:
+    if (
+        name not in ("range", "arange")
+        or any(k.arg not in ("dtype", "device") for k in node.keywords)
+        or not 1 <= len(node.args) <= 3
+    ):
         return []
     found = []
     if len(node.args) == 1:
         end = node.args[0]
         changed = ast.Call(node.func, [ast.Constant(1), ast.BinOp(end, ast.Add(), ast.Constant(1))], [])
-        found.append(Slip("range_start", "a range counts from 1 instead of from 0: every index it makes is one too "
-                                         "large", "Count from 0 (range(n) gives 0 .. n - 1).", changed))
+        found.append(
+            Slip(
+                "range_start",
+                "a range counts from 1 instead of from 0: every index it makes is one too large",
+                "Count from 0 (range(n) gives 0 .. n - 1).",
+                changed,
+            )
+        )
     else:
         start = _number(node.args[0])
         for by, words in ((1, "late: every index one too large"), (-1, "early: every index one too small")):
@@ -115,16 +175,31 @@ def _ranges(node, name):
             changed = copy.deepcopy(node)
             changed.args[0] = _shifted(node.args[0], by)
             changed.args[1] = _shifted(node.args[1], by)
-            found.append(Slip("range_shifted", f"a range starts one too {words}", "Start and end the range where "
-                                                                                 "the formula does.", changed))
+            found.append(
+                Slip(
+                    "range_shifted",
+                    f"a range starts one too {words}",
+                    "Start and end the range where the formula does.",
+                    changed,
+                )
+            )
     if len(node.args) == 3 and _number(node.args[2]) in (1, 2):
         step = _number(node.args[2])
         changed = copy.deepcopy(node)
         changed.args[2] = ast.Constant(3 - step)
-        found.append(Slip("range_step", f"a range steps by {3 - step} instead of by {step}" +
-                          (": every index where every other one belongs" if step == 2 else
-                           ": every other index where every one belongs"),
-                          "Step through the range as the formula does.", changed))
+        found.append(
+            Slip(
+                "range_step",
+                f"a range steps by {3 - step} instead of by {step}"
+                + (
+                    ": every index where every other one belongs"
+                    if step == 2
+                    else ": every other index where every one belongs"
+                ),
+                "Step through the range as the formula does.",
+                changed,
+            )
+        )
     return found
 
 
@@ -135,8 +210,11 @@ def _shifted(node, by):
         return ast.Constant(value + by)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)) and _number(node.right) is not None:
         total = _number(node.right) * (1 if isinstance(node.op, ast.Add) else -1) + by
-        return node.left if total == 0 else ast.BinOp(node.left, ast.Add() if total > 0 else ast.Sub(),
-                                                      ast.Constant(abs(total)))
+        return (
+            node.left
+            if total == 0
+            else ast.BinOp(node.left, ast.Add() if total > 0 else ast.Sub(), ast.Constant(abs(total)))
+        )
     return ast.BinOp(node, ast.Add() if by > 0 else ast.Sub(), ast.Constant(abs(by)))
 
 
@@ -150,16 +228,30 @@ def _swapped_arguments(node, name, owner_names):
                 continue
             changed = copy.deepcopy(node)
             changed.args[i], changed.args[j] = copy.deepcopy(b), copy.deepcopy(a)
-            found.append(Slip("arguments_swapped", f"two arguments of `{shown}` are in each other's place (its "
-                                                   f"arguments {i + 1} and {j + 1} swapped)",
-                              f"Pass `{shown}` its arguments in the order it takes them.", changed))
-    if name in ("cat", "concat", "concatenate", "stack") and node.args and \
-            isinstance(node.args[0], (ast.Tuple, ast.List)) and len(node.args[0].elts) == 2:
+            found.append(
+                Slip(
+                    "arguments_swapped",
+                    f"two arguments of `{shown}` are in each other's place (its arguments {i + 1} and {j + 1} swapped)",
+                    f"Pass `{shown}` its arguments in the order it takes them.",
+                    changed,
+                )
+            )
+    if (
+        name in ("cat", "concat", "concatenate", "stack")
+        and node.args
+        and isinstance(node.args[0], (ast.Tuple, ast.List))
+        and len(node.args[0].elts) == 2
+    ):
         changed = copy.deepcopy(node)
         changed.args[0].elts.reverse()
-        found.append(Slip("pieces_swapped", f"the two pieces given to `{name}` are in each other's place (the "
-                                            f"halves swapped)", "Put the pieces in the order of the formula.",
-                          changed))
+        found.append(
+            Slip(
+                "pieces_swapped",
+                f"the two pieces given to `{name}` are in each other's place (the halves swapped)",
+                "Put the pieces in the order of the formula.",
+                changed,
+            )
+        )
     return found
 
 
@@ -175,8 +267,9 @@ def _tiled(node):
     if tensor is None or count is None or dim is None:
         return None
     pieces = ast.BinOp(ast.List([tensor], ast.Load()), ast.Mult(), count)
-    return ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "cat", ast.Load()), [pieces],
-                    [ast.keyword("dim", dim)])
+    return ast.Call(
+        ast.Attribute(ast.Name("torch", ast.Load()), "cat", ast.Load()), [pieces], [ast.keyword("dim", dim)]
+    )
 
 
 def _look_alike(node, name):
@@ -201,20 +294,34 @@ def _look_alike(node, name):
         changed = copy.deepcopy(node)
         if approximate is None:
             changed.keywords.append(ast.keyword("approximate", ast.Constant("tanh")))
-            found.append(Slip("gelu_approximated", "the tanh approximation of GELU where the exact GELU belongs",
-                              "Use the exact GELU (F.gelu(x), approximate='none').", changed))
+            found.append(
+                Slip(
+                    "gelu_approximated",
+                    "the tanh approximation of GELU where the exact GELU belongs",
+                    "Use the exact GELU (F.gelu(x), approximate='none').",
+                    changed,
+                )
+            )
         else:
             changed.keywords = [k for k in changed.keywords if k.arg != "approximate"]
-            found.append(Slip("gelu_exact", "the exact GELU where its tanh approximation belongs",
-                              "Use GELU's tanh approximation (approximate='tanh').", changed))
+            found.append(
+                Slip(
+                    "gelu_exact",
+                    "the exact GELU where its tanh approximation belongs",
+                    "Use GELU's tanh approximation (approximate='tanh').",
+                    changed,
+                )
+            )
     return found
 
 
 def _layers_swapped(node):
     """In an expression of two sides that each call a layer of the module (``self.w1(x)``, ``self.w3(x)``): the two
     layers in each other's place."""
+
     def layers(side):
         return {n.func.attr for n in ast.walk(side) if isinstance(n, ast.Call) and _self_attribute(n.func)}
+
     left, right = layers(node.left), layers(node.right)
     found = []
     for a in sorted(left - right):
@@ -223,8 +330,14 @@ def _layers_swapped(node):
             for call in ast.walk(changed):
                 if isinstance(call, ast.Call) and _self_attribute(call.func) and call.func.attr in (a, b):
                     call.func.attr = b if call.func.attr == a else a
-            found.append(Slip("layers_swapped", f"the layers `{a}` and `{b}` are in each other's place",
-                              f"Apply `{a}` and `{b}` where the formula applies each.", changed))
+            found.append(
+                Slip(
+                    "layers_swapped",
+                    f"the layers `{a}` and `{b}` are in each other's place",
+                    f"Apply `{a}` and `{b}` where the formula applies each.",
+                    changed,
+                )
+            )
     return found
 
 
@@ -255,21 +368,38 @@ def _constant_moved_in(node, name):
     moved = ast.BinOp(root, ast.Add(), inner.right)
     if name == "rsqrt":
         moved = ast.BinOp(ast.Constant(1.0), ast.Div(), moved)
-    return [Slip("constant_outside", "the small constant (eps) is added outside the square root instead of inside "
-                                     "it: sqrt(v) + eps where sqrt(v + eps) belongs",
-                 "Add eps under the square root: sqrt(v + eps).", moved)]
+    return [
+        Slip(
+            "constant_outside",
+            "the small constant (eps) is added outside the square root instead of inside "
+            "it: sqrt(v) + eps where sqrt(v + eps) belongs",
+            "Add eps under the square root: sqrt(v + eps).",
+            moved,
+        )
+    ]
 
 
 def _constant_moved_out(node):
     """``sqrt(v) + eps`` -> ``sqrt(v + eps)``."""
-    if not (isinstance(node.op, ast.Add) and isinstance(node.left, ast.Call) and _name(node.left) == "sqrt"
-            and len(node.left.args) == 1 and _is_small_constant(node.right)):
+    if not (
+        isinstance(node.op, ast.Add)
+        and isinstance(node.left, ast.Call)
+        and _name(node.left) == "sqrt"
+        and len(node.left.args) == 1
+        and _is_small_constant(node.right)
+    ):
         return []
     moved = copy.deepcopy(node.left)
     moved.args = [ast.BinOp(moved.args[0], ast.Add(), node.right)]
-    return [Slip("constant_inside", "the small constant (eps) is added inside the square root instead of outside "
-                                    "it: sqrt(v + eps) where sqrt(v) + eps belongs",
-                 "Add eps after the square root: sqrt(v) + eps.", moved)]
+    return [
+        Slip(
+            "constant_inside",
+            "the small constant (eps) is added inside the square root instead of outside "
+            "it: sqrt(v + eps) where sqrt(v) + eps belongs",
+            "Add eps after the square root: sqrt(v) + eps.",
+            moved,
+        )
+    ]
 
 
 def _dropped_terms(node):
@@ -280,17 +410,35 @@ def _dropped_terms(node):
         for kept, dropped in ((node.right, node.left), (node.left, node.right)):
             text = ast.unparse(dropped).lower()
             if isinstance(dropped, ast.Name) and dropped.id in _sublayer_inputs(kept):
-                found.append(Slip("residual_missing", "the residual (skip) connection is left out: the output is the "
-                                                      "sublayer's alone, without its input added back",
-                                  "Add the input back: x + sublayer(x).", kept))
+                found.append(
+                    Slip(
+                        "residual_missing",
+                        "the residual (skip) connection is left out: the output is the "
+                        "sublayer's alone, without its input added back",
+                        "Add the input back: x + sublayer(x).",
+                        kept,
+                    )
+                )
             elif "bias" in text:
                 found.append(Slip("bias_missing", "the bias is not added", "Add the bias there.", kept))
             else:
-                found.append(Slip("term_missing", "an added term is left out (a where a + b belongs)",
-                                  "Add both terms, as the formula does.", kept))
+                found.append(
+                    Slip(
+                        "term_missing",
+                        "an added term is left out (a where a + b belongs)",
+                        "Add both terms, as the formula does.",
+                        kept,
+                    )
+                )
     elif not (isinstance(node.right, ast.Call) and _name(node.right) == "mean"):
-        found.append(Slip("subtracted_term_missing", "a subtracted term is left out (a where a - b belongs)",
-                          "Subtract it, as the formula does.", node.left))
+        found.append(
+            Slip(
+                "subtracted_term_missing",
+                "a subtracted term is left out (a where a - b belongs)",
+                "Subtract it, as the formula does.",
+                node.left,
+            )
+        )
     return found
 
 
@@ -311,9 +459,14 @@ def _division_missing(node):
         return []
     if isinstance(node.right, ast.Call) and _name(node.right) in ("sqrt", "rsqrt"):
         return []
-    return [Slip("division_missing", "a division is left out: the result is not divided by its normaliser (a where a / n "
-                                     "belongs)", "Divide by the normaliser, as the formula does.",
-                 node.left)]
+    return [
+        Slip(
+            "division_missing",
+            "a division is left out: the result is not divided by its normaliser (a where a / n belongs)",
+            "Divide by the normaliser, as the formula does.",
+            node.left,
+        )
+    ]
 
 
 def _siblings(holder, owner_names):
@@ -323,12 +476,19 @@ def _siblings(holder, owner_names):
     body = holder.body
     made, applied = {}, {}
     for i, statement in enumerate(body):
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and
-                isinstance(statement.targets[0], ast.Name)):
+        if not (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
             continue
         target, value = statement.targets[0].id, statement.value
-        if isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Name) and \
-                value.args[0].id == target:
+        if (
+            isinstance(value, ast.Call)
+            and value.args
+            and isinstance(value.args[0], ast.Name)
+            and value.args[0].id == target
+        ):
             applied.setdefault(_name(value) or ast.unparse(value.func), []).append((i, target))
         else:
             made.setdefault(target, (i, _skeleton(value)))
@@ -338,12 +498,17 @@ def _siblings(holder, owner_names):
             continue
         shown = _shown(function, owner_names)
         what = f"`{shown}`" if shown else "a step"
-        for i, target in uses:
+        for i, _target in uses:
             changed = copy.deepcopy(holder)
             changed.body = [s for j, s in enumerate(body) if j != i] or [ast.Pass()]
-            found.append(Slip("applied_to_one_fewer", f"{what} is left out for one of the tensors it belongs on (it is "
-                                                      f"applied to some of them, not all)",
-                              f"Apply {what} to each tensor the formula applies it to.", changed))
+            found.append(
+                Slip(
+                    "applied_to_one_fewer",
+                    f"{what} is left out for one of the tensors it belongs on (it is applied to some of them, not all)",
+                    f"Apply {what} to each tensor the formula applies it to.",
+                    changed,
+                )
+            )
         skeletons = {made[t][1] for _, t in uses if t in made}
         if len(skeletons) != 1:
             continue
@@ -357,11 +522,17 @@ def _siblings(holder, owner_names):
             statement.targets = [ast.Name(other, ast.Store())]
             statement.value.args[0] = ast.Name(other, ast.Load())
             changed = copy.deepcopy(holder)
-            changed.body = [*body[:last + 1], statement, *body[last + 1:]]
-            found.append(Slip("applied_to_one_more", f"{what} is applied to one more tensor than it belongs on (to a "
-                                                     f"sibling made the same way, as to the values as well as the "
-                                                     f"queries and keys)",
-                              f"Apply {what} only to the tensors the formula applies it to.", changed))
+            changed.body = [*body[: last + 1], statement, *body[last + 1 :]]
+            found.append(
+                Slip(
+                    "applied_to_one_more",
+                    f"{what} is applied to one more tensor than it belongs on (to a "
+                    f"sibling made the same way, as to the values as well as the "
+                    f"queries and keys)",
+                    f"Apply {what} only to the tensors the formula applies it to.",
+                    changed,
+                )
+            )
     return found
 
 
@@ -382,8 +553,14 @@ def _one_off(node):
     if not (isinstance(node.op, (ast.Add, ast.Sub)) and _number(node.right) == 1 and not _constant(node.left)):
         return []
     sign = "+" if isinstance(node.op, ast.Add) else "-"
-    return [Slip("one_off", f"a `{sign} 1` is left out: a count or an index is one off", f"Keep the `{sign} 1` of the "
-                                                                                        f"formula there.", node.left)]
+    return [
+        Slip(
+            "one_off",
+            f"a `{sign} 1` is left out: a count or an index is one off",
+            f"Keep the `{sign} 1` of the formula there.",
+            node.left,
+        )
+    ]
 
 
 def _variance_of_squares(node, name):
@@ -398,11 +575,19 @@ def _variance_of_squares(node, name):
         return []
     summed = copy.deepcopy(node)
     summed.func.attr = "sum"
-    count = ast.BinOp(ast.Subscript(ast.Attribute(copy.deepcopy(squared), "shape", ast.Load()), dims[0], ast.Load()),
-                      ast.Sub(), ast.Constant(1))
-    return [Slip("unbiased_variance", "the variance is the unbiased one (divided by n - 1) instead of the biased one "
-                                      "(divided by n)", "Use the biased variance: unbiased=False (divide by n).",
-                 ast.BinOp(summed, ast.Div(), count))]
+    count = ast.BinOp(
+        ast.Subscript(ast.Attribute(copy.deepcopy(squared), "shape", ast.Load()), dims[0], ast.Load()),
+        ast.Sub(),
+        ast.Constant(1),
+    )
+    return [
+        Slip(
+            "unbiased_variance",
+            "the variance is the unbiased one (divided by n - 1) instead of the biased one (divided by n)",
+            "Use the biased variance: unbiased=False (divide by n).",
+            ast.BinOp(summed, ast.Div(), count),
+        )
+    ]
 
 
 def _layer_call(node):
@@ -412,12 +597,20 @@ def _layer_call(node):
     return None
 
 
-POST_FOR_PRE = ("the residual is added after the normalisation (x + norm(f(x))) where it belongs before it "
-                "(norm(x + f(x)))", "Add the input back first, then normalise the sum: norm(x + f(x)).")
-PRE_NORM = ("the normalisation is applied to the sublayer's input (pre-norm: x + f(norm(x))) where it belongs "
-            "after the residual sum (post-norm: norm(x + f(x)))", "Normalise the residual sum: norm(x + f(x)).")
-POST_NORM = ("the normalisation is applied after the residual sum (post-norm: norm(x + f(x))) where it belongs on "
-             "the sublayer's input (pre-norm: x + f(norm(x)))", "Normalise the sublayer's input: x + f(norm(x)).")
+POST_FOR_PRE = (
+    "the residual is added after the normalisation (x + norm(f(x))) where it belongs before it (norm(x + f(x)))",
+    "Add the input back first, then normalise the sum: norm(x + f(x)).",
+)
+PRE_NORM = (
+    "the normalisation is applied to the sublayer's input (pre-norm: x + f(norm(x))) where it belongs "
+    "after the residual sum (post-norm: norm(x + f(x)))",
+    "Normalise the residual sum: norm(x + f(x)).",
+)
+POST_NORM = (
+    "the normalisation is applied after the residual sum (post-norm: norm(x + f(x))) where it belongs on "
+    "the sublayer's input (pre-norm: x + f(norm(x)))",
+    "Normalise the sublayer's input: x + f(norm(x)).",
+)
 
 
 def _norm_order(node):
@@ -437,8 +630,7 @@ def _norm_order_back(node):
     found = []
     for call in ast.walk(node.right):
         layer = _layer_call(call)
-        if layer and "norm" in layer.lower() and isinstance(call.args[0], ast.Name) and \
-                call.args[0].id == node.left.id:
+        if layer and "norm" in layer.lower() and isinstance(call.args[0], ast.Name) and call.args[0].id == node.left.id:
             right = copy.deepcopy(node.right)
             for inner in ast.walk(right):
                 for field, value in ast.iter_fields(inner):
@@ -460,8 +652,14 @@ def _pre_norm(holder):
         value = statement.value if isinstance(statement, (ast.Assign, ast.Return)) else None
         layer = _layer_call(value) if value is not None else None
         inner = value.args[0] if layer else None
-        if layer and "norm" in layer.lower() and isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) \
-                and isinstance(inner.left, ast.Name) and isinstance(inner.right, ast.Name):
+        if (
+            layer
+            and "norm" in layer.lower()
+            and isinstance(inner, ast.BinOp)
+            and isinstance(inner.op, ast.Add)
+            and isinstance(inner.left, ast.Name)
+            and isinstance(inner.right, ast.Name)
+        ):
             blocks.append(i)
     sets = [[i] for i in blocks] + ([blocks] if len(blocks) > 1 else [])
     return [Slip("pre_norm", *PRE_NORM, _made_pre_norm(holder, chosen)) for chosen in sets]
@@ -478,28 +676,33 @@ def _made_pre_norm(holder, blocks):
 
         def normed(x=x, norm=norm):
             return ast.Call(copy.deepcopy(norm), [ast.Name(x, ast.Load())], [])
+
         for statement in body[start:i]:
             for node in ast.walk(statement):
                 for field, child in ast.iter_fields(node):
                     if isinstance(child, ast.Name) and child.id == x and isinstance(child.ctx, ast.Load):
                         setattr(node, field, normed())
                     elif isinstance(child, list):
-                        child[:] = [normed() if isinstance(c, ast.Name) and c.id == x and isinstance(c.ctx, ast.Load)
-                                    else c for c in child]
+                        child[:] = [
+                            normed() if isinstance(c, ast.Name) and c.id == x and isinstance(c.ctx, ast.Load) else c
+                            for c in child
+                        ]
         body[i].value = ast.BinOp(ast.Name(x, ast.Load()), ast.Add(), ast.Name(inner.right.id, ast.Load()))
     return changed
 
 
 def _assigns(statement, name):
     return isinstance(statement, ast.Assign) and any(
-        isinstance(n, ast.Name) and n.id == name for t in statement.targets for n in ast.walk(t))
+        isinstance(n, ast.Name) and n.id == name for t in statement.targets for n in ast.walk(t)
+    )
 
 
 def _parameter_swapped(function):
     """Each read of one of the function's parameters as another of them: keys and values taken from ``x`` where
     ``context`` belongs (a parameter's name is the student's own: the signature is the hand-out's)."""
-    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
-              if a.arg != "self"]
+    params = [
+        a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs] if a.arg != "self"
+    ]
     read = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     found = []
     for param in params:
@@ -512,8 +715,14 @@ def _parameter_swapped(function):
             for node in ast.walk(changed):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id == param:
                     node.id = other
-            found.append(Slip("parameter_swapped", f"`{other}` is used where `{param}` belongs",
-                              f"Use `{param}` there, as the formula does.", changed))
+            found.append(
+                Slip(
+                    "parameter_swapped",
+                    f"`{other}` is used where `{param}` belongs",
+                    f"Use `{param}` there, as the formula does.",
+                    changed,
+                )
+            )
     return found
 
 
@@ -524,7 +733,13 @@ def _factor_unused(node):
     found = []
     for kept, factor in ((node.left, node.right), (node.right, node.left)):
         if _self_attribute(factor) and not _constant(kept):
-            found.append(Slip("parameter_unused", f"the result is not {'multiplied' if isinstance(node.op, ast.Mult) else 'divided'} "
-                                                  f"by `{factor.attr}`: the module's `{factor.attr}` is never used",
-                              f"Use `{factor.attr}` as the formula does.", kept))
+            found.append(
+                Slip(
+                    "parameter_unused",
+                    f"the result is not {'multiplied' if isinstance(node.op, ast.Mult) else 'divided'} "
+                    f"by `{factor.attr}`: the module's `{factor.attr}` is never used",
+                    f"Use `{factor.attr}` as the formula does.",
+                    kept,
+                )
+            )
     return found

@@ -19,8 +19,9 @@ class GradingOptions:
 
     def over(self, settings) -> "GradingOptions":
         """Every option decided: the one given here, else the assignment's ``settings``."""
-        return GradingOptions(*(first_given(getattr(self, f.name), getattr(settings, f.name))
-                                for f in dataclasses.fields(self)))
+        return GradingOptions(
+            *(first_given(getattr(self, f.name), getattr(settings, f.name)) for f in dataclasses.fields(self))
+        )
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -58,8 +58,7 @@ def _mistake(path, chosen, reference):
     if mistake.startswith("<") or fix.startswith("<"):
         raise MistakeError("its docstring is still the template's: write the mistake and its fix")
     if not mistake or not fix:
-        raise MistakeError("its module docstring must hold the mistake as a student reads it, then a line "
-                           "'Fix: ...'")
+        raise MistakeError("its module docstring must hold the mistake as a student reads it, then a line 'Fix: ...'")
     mine = _definitions(source)
     changed = [name for name in chosen.graded if name in reference and mine.get(name) != reference[name]]
     missing = [name for name in chosen.graded if name in reference and name not in mine]
@@ -68,8 +67,9 @@ def _mistake(path, chosen, reference):
     if not changed:
         raise MistakeError("it changes none of the graded names: it is the reference itself")
     module = types.ModuleType(f"_own_mistake_{slug}")
-    module.__dict__.update({k: v for k, v in vars(chosen.reference).items()
-                            if k not in ("__name__", "__spec__", "__loader__")})
+    module.__dict__.update(
+        {k: v for k, v in vars(chosen.reference).items() if k not in ("__name__", "__spec__", "__loader__")}
+    )
     module.__file__ = str(path)
     tree.body = [node for node in tree.body if isinstance(node, DEFINITIONS)]
     try:
@@ -79,8 +79,17 @@ def _mistake(path, chosen, reference):
     functions = assignments.callables(module, chosen.graded)
     mine_only = {name: functions[name] for name in changed if name in functions}
     words = (mistake, fix)
-    return [Mutant(f"{name}:own:{slug}", mine_only, mistake, fix, "values",
-                   parts={n: words for n in mine_only} if len(mine_only) > 1 else {}) for name in changed[:1]]
+    return [
+        Mutant(
+            f"{name}:own:{slug}",
+            mine_only,
+            mistake,
+            fix,
+            "values",
+            parts={n: words for n in mine_only} if len(mine_only) > 1 else {},
+        )
+        for name in changed[:1]
+    ]
 
 
 def _words(doc):
@@ -90,7 +99,7 @@ def _words(doc):
     if at is None:
         return " ".join(lines).strip().rstrip("."), ""
     mistake = " ".join(line.strip() for line in lines[:at]).strip().rstrip(".")
-    fix = " ".join(line.strip() for line in lines[at:]).strip()[len("fix:"):].strip()
+    fix = " ".join(line.strip() for line in lines[at:]).strip()[len("fix:") :].strip()
     return mistake, fix
 
 

@@ -36,10 +36,23 @@ def plan(site_dirs, *, root, budget, namespaces=True):
             binds.append(path)
     binds += [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *site_dirs) if os.path.isdir(p)]
     binds = _outermost(binds)
-    limits = {"RLIMIT_CPU": (int(budget) + 5, int(budget) + 10), "RLIMIT_FSIZE": 64 << 20,
-              "RLIMIT_NPROC": PROCESSES, "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}
-    return {"binds": binds, "links": links, "masks": sorted(_inside(project_files(site_dirs), binds)), "root": root,
-            "tmp_size": TMP_SIZE, "limits": limits, "processes": PROCESSES, "namespaces": namespaces}
+    limits = {
+        "RLIMIT_CPU": (int(budget) + 5, int(budget) + 10),
+        "RLIMIT_FSIZE": 64 << 20,
+        "RLIMIT_NPROC": PROCESSES,
+        "RLIMIT_NOFILE": 256,
+        "RLIMIT_CORE": 0,
+    }
+    return {
+        "binds": binds,
+        "links": links,
+        "masks": sorted(_inside(project_files(site_dirs), binds)),
+        "root": root,
+        "tmp_size": TMP_SIZE,
+        "limits": limits,
+        "processes": PROCESSES,
+        "namespaces": namespaces,
+    }
 
 
 def with_submission(base, path, scratch):
@@ -59,8 +72,10 @@ def resolve(path, entry, names=()):
     if entry is None:
         reading = folders.read(path, names, one=True)
         if reading.kind == "one" and reading.entry.suffix != ".py":
-            raise ValueError(f"{path}: its entry {reading.entry.name} is a notebook: the grader runs a notebook's "
-                             f"code cells as a module of their own")
+            raise ValueError(
+                f"{path}: its entry {reading.entry.name} is a notebook: the grader runs a notebook's "
+                f"code cells as a module of their own"
+            )
         if reading.kind != "one":
             raise ValueError(reading.why or folders.several(path, reading))
         entry = str(reading.entry.relative_to(path))
@@ -85,8 +100,9 @@ def project_files(site_dirs=()):
     key = DISTRIBUTION.replace("-", "_")
     for site in site_dirs:
         if os.path.isdir(site):
-            found |= {os.path.realpath(os.path.join(site, n)) for n in os.listdir(site)
-                      if key in n.lower().replace("-", "_")}
+            found |= {
+                os.path.realpath(os.path.join(site, n)) for n in os.listdir(site) if key in n.lower().replace("-", "_")
+            }
     for distribution in importlib.metadata.distributions(name=DISTRIBUTION):
         site = Path(os.path.realpath(distribution.locate_file("")))
         for file in distribution.files or ():

@@ -41,9 +41,18 @@ class PropertyGrades:
             item = properties.PropertyItem(probe)
             status = Status.PASSED if broken is None else why or Status.FAILED
             result = Result(status, probe.id, item.location, f"property: {probe.title}", message=broken or "")
-            grades.append(Grade(probe.id, item, result, probe.points if broken is None else 0.0, probe.points,
-                                worth.of_property(self.assignment, probe).visibility, "property",
-                                call=self._property_call_text(probe)))
+            grades.append(
+                Grade(
+                    probe.id,
+                    item,
+                    result,
+                    probe.points if broken is None else 0.0,
+                    probe.points,
+                    worth.of_property(self.assignment, probe).visibility,
+                    "property",
+                    call=self._property_call_text(probe),
+                )
+            )
         return grades
 
     def _make_property_calls(self, calls, submission, functions, values, reuse):
@@ -61,8 +70,12 @@ class PropertyGrades:
         limit = PROPERTY_REPLY + sum(4 * wire.nbytes([c.args, c.kwargs]) + (64 << 10) for c in asked)
         # The request's bytes are kept for the batch under a key naming the very calls asked: submissions that
         # define other names ask other calls, and each gets its own request.
-        outcomes = submission.call_all([(c.name, c.args, c.kwargs) for c in asked], timeout=self.options.call_timeout,
-                                       reuse=None if reuse is None else (reuse, tuple(positions)), limit=limit)
+        outcomes = submission.call_all(
+            [(c.name, c.args, c.kwargs) for c in asked],
+            timeout=self.options.call_timeout,
+            reuse=None if reuse is None else (reuse, tuple(positions)),
+            limit=limit,
+        )
         names = list(dict.fromkeys(c.name for c in asked))
         if len(names) > 1 and outcomes and outcomes[0].status in (replies.TIMEOUT, replies.CRASHED):
             # One call hung or killed the process: each name's calls again on their own, so that it is that
@@ -70,8 +83,14 @@ class PropertyGrades:
             by_name = {}
             for name in names:
                 mine = [c for c in asked if c.name == name]
-                by_name.update(zip(map(id, mine), submission.call_all([(c.name, c.args, c.kwargs) for c in mine],
-                                                                      timeout=self.options.call_timeout, limit=limit)))
+                by_name.update(
+                    zip(
+                        map(id, mine),
+                        submission.call_all(
+                            [(c.name, c.args, c.kwargs) for c in mine], timeout=self.options.call_timeout, limit=limit
+                        ),
+                    )
+                )
             outcomes = [by_name[id(c)] for c in asked]
         for call, outcome in zip(asked, outcomes):
             try:
@@ -82,6 +101,9 @@ class PropertyGrades:
     def _property_call_text(self, probe):
         if probe.id not in self._call_texts:
             call = probe.parts[0].base.call if probe.parts and probe.parts[0].base is not None else None
-            self._call_texts[probe.id] = "" if call is None else feedback.call_text(
-                self.assignment.graded.get(call.name), call.name, call.args, call.kwargs)
+            self._call_texts[probe.id] = (
+                ""
+                if call is None
+                else feedback.call_text(self.assignment.graded.get(call.name), call.name, call.args, call.kwargs)
+            )
         return self._call_texts[probe.id]

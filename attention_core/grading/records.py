@@ -24,8 +24,11 @@ def batch_key(assignment, options):
     if assignment.folder is not None:
         folders.append(Path(assignment.folder))
     for folder in folders:
-        for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".yml")
-                           and "__pycache__" not in p.parts):
+        for path in sorted(
+            p
+            for p in folder.rglob("*")
+            if p.is_file() and p.suffix in (".py", ".yaml", ".yml") and "__pycache__" not in p.parts
+        ):
             digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(json.dumps(options, sort_keys=True, default=str).encode())
     return digest.hexdigest()
@@ -57,9 +60,15 @@ def submission_hash(path, key):
 def write(folder, digest, scores, source):
     """Write ``folder/record.json`` for ``scores`` (a batch.Scores) graded from ``digest``, the submission at
     ``source`` (its absolute path: whose folder this is), atomically."""
-    record = {"hash": digest, "source": source, "name": scores.name, "score": scores.score, "max_score": scores.max_score,
-              "protections": scores.protections,
-              "grades": [[g.check_id, g.score, g.max_score, list(g.mistakes)] for g in scores.grades]}
+    record = {
+        "hash": digest,
+        "source": source,
+        "name": scores.name,
+        "score": scores.score,
+        "max_score": scores.max_score,
+        "protections": scores.protections,
+        "grades": [[g.check_id, g.score, g.max_score, list(g.mistakes)] for g in scores.grades],
+    }
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / (RECORD + ".partial")
     partial.write_text(json.dumps(record), encoding="utf-8")

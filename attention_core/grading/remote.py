@@ -45,27 +45,38 @@ class RemoteFunctions:
             if ready is not None and ready[0] == name and _same(ready[1], args) and _same(ready[2], kwargs):
                 return self.value(name, ready[3])
             return self.value(name, self._outcome(name, args, kwargs, None))
+
         return call
 
     def _outcome(self, name, args, kwargs, reuse):
         outcome = None
         if self.gradients and self._small(args, kwargs, reuse):
-            outcome = self.submission.call_grad(name, args, kwargs, projection_seed=PROJECTION_SEED,
-                                                timeout=self.timeout, keep=self.keep, reuse=reuse, limit=self.limit)
+            outcome = self.submission.call_grad(
+                name,
+                args,
+                kwargs,
+                projection_seed=PROJECTION_SEED,
+                timeout=self.timeout,
+                keep=self.keep,
+                reuse=reuse,
+                limit=self.limit,
+            )
             if outcome.status == replies.RAISED:
                 outcome = None  # it may raise under autograd only (.numpy()): its values still count
             else:
                 self.last_grad = (name, outcome)
         if outcome is None:
-            outcome = self.submission.call(name, args, kwargs, timeout=self.timeout, keep=self.keep, reuse=reuse,
-                                           limit=self.limit)
+            outcome = self.submission.call(
+                name, args, kwargs, timeout=self.timeout, keep=self.keep, reuse=reuse, limit=self.limit
+            )
         return outcome
 
     def ahead(self, name, args, kwargs, *, keep, reuse, limit=None):
         """Say that ``name`` is called next (as :meth:`fetch` would call it, with ``keep``)."""
         grad = self.gradients and self._small(args, kwargs, reuse)
-        self.submission.ahead(name, args, kwargs, projection_seed=PROJECTION_SEED if grad else None, keep=keep,
-                              reuse=reuse, limit=limit)
+        self.submission.ahead(
+            name, args, kwargs, projection_seed=PROJECTION_SEED if grad else None, keep=keep, reuse=reuse, limit=limit
+        )
 
     def _small(self, args, kwargs, reuse):
         """_differentiable(args, kwargs), once per batch for the arguments the grader calls ``reuse``."""

@@ -65,8 +65,13 @@ def checked_outcome(reply):
     mutated = reply.get("mutated", [])
     if not (isinstance(mutated, list) and all(type(m) in (int, str) for m in mutated)):
         raise ValueError("mutated is not a list of labels")
-    outcome = CallOutcome(reply["status"], value=reply.get("value"), message=text(reply.get("message", "")),
-                          traceback=lines(reply.get("traceback", [])), mutated=tuple(mutated))
+    outcome = CallOutcome(
+        reply["status"],
+        value=reply.get("value"),
+        message=text(reply.get("message", "")),
+        traceback=lines(reply.get("traceback", [])),
+        mutated=tuple(mutated),
+    )
     if "grads" in reply:
         grads = {}
         for pair in reply["grads"]:
@@ -122,7 +127,7 @@ class Output:
 def decoded(raw):
     """A message's bytes (header included) -> its value."""
     n_text = wire.HEADER.unpack_from(raw)[0]
-    body = raw[wire.HEADER.size:]
+    body = raw[wire.HEADER.size :]
     return wire.decode(bytes(body[:n_text]), body[n_text:])
 
 

@@ -20,6 +20,7 @@ what it has; ``Protections`` lists what is in force and what is not, and every r
 
 import ctypes
 import errno
+import fcntl
 import os
 import platform
 import resource
@@ -27,12 +28,19 @@ import shutil
 import signal
 import socket
 import struct
-import fcntl
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 CLONE_NEWIPC, CLONE_NEWUTS = 0x08000000, 0x04000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = \
-    1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1,
+    2,
+    4,
+    8,
+    32,
+    4096,
+    16384,
+    1 << 18,
+)
 MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE, PR_SET_PDEATHSIG = 38, 4, 1
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41}.get(platform.machine())
@@ -44,7 +52,7 @@ SUBMISSION = "/submission"  # where the copy of the submission lies in the fresh
 NAMES = {
     "namespaces": "own user, PID, mount, network, IPC and UTS namespaces",
     "fresh_root": "a fresh root holding only the allow-list (the checkout, the case files and other "
-                  "submissions are not there)",
+    "submissions are not there)",
     "proc": "its own /proc (only its own processes)",
     "network": "no network (loopback only)",
     "unprivileged": "an unprivileged uid",
@@ -53,7 +61,7 @@ NAMES = {
     "no_user_namespaces": "no new user namespaces (where it would have every capability again)",
     "limits": "limits on CPU time, memory, file size, processes and open files",
     "seccomp": "the kernel's keyrings, ptrace, other processes' memory and files, bpf, perf events, userfaultfd "
-               "and module loading refused (seccomp)",
+    "and module loading refused (seccomp)",
     "cgroup": "one memory and process-count limit for all of its processes together",
     "private_tmp": "a private temporary folder and home",
 }
@@ -216,16 +224,50 @@ def build(plan, protections, privileged):
 # kernel shares CPU time between sessions: each submission runs in one, and its processes stay in it) and
 # memory that no limit counts (memfd). Numbers by machine.
 REFUSED_CALLS = {
-    "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "ptrace": 101, "bpf": 321,
-                            "perf_event_open": 298, "userfaultfd": 323, "process_vm_readv": 310,
-                            "process_vm_writev": 311, "init_module": 175, "finit_module": 313, "kexec_load": 246,
-                            "pidfd_getfd": 438, "process_madvise": 440, "setsid": 112, "setpgid": 109,
-                            "memfd_create": 319}),
-    "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "ptrace": 117, "bpf": 280,
-                             "perf_event_open": 241, "userfaultfd": 282, "process_vm_readv": 270,
-                             "process_vm_writev": 271, "init_module": 105, "finit_module": 273, "kexec_load": 104,
-                             "pidfd_getfd": 438, "process_madvise": 440, "setsid": 157, "setpgid": 154,
-                             "memfd_create": 279}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "keyctl": 250,
+            "add_key": 248,
+            "request_key": 249,
+            "ptrace": 101,
+            "bpf": 321,
+            "perf_event_open": 298,
+            "userfaultfd": 323,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "init_module": 175,
+            "finit_module": 313,
+            "kexec_load": 246,
+            "pidfd_getfd": 438,
+            "process_madvise": 440,
+            "setsid": 112,
+            "setpgid": 109,
+            "memfd_create": 319,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "keyctl": 219,
+            "add_key": 217,
+            "request_key": 218,
+            "ptrace": 117,
+            "bpf": 280,
+            "perf_event_open": 241,
+            "userfaultfd": 282,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "init_module": 105,
+            "finit_module": 273,
+            "kexec_load": 104,
+            "pidfd_getfd": 438,
+            "process_madvise": 440,
+            "setsid": 157,
+            "setpgid": 154,
+            "memfd_create": 279,
+        },
+    ),
 }
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
@@ -281,8 +323,11 @@ def _fresh_root(plan, protections):
     root = plan["root"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
-    for path, size, mode in (("/tmp", plan["tmp_size"], "1777"), ("/dev/shm", plan["tmp_size"], "1777"),
-                             (HOME, plan["tmp_size"], "777")):  # first: a bind may lie under /tmp
+    for path, size, mode in (
+        ("/tmp", plan["tmp_size"], "1777"),
+        ("/dev/shm", plan["tmp_size"], "1777"),
+        (HOME, plan["tmp_size"], "777"),
+    ):  # first: a bind may lie under /tmp
         os.makedirs(root + path, exist_ok=True)
         mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode}")
     for link, target in plan["links"]:
@@ -337,7 +382,7 @@ def _copy_submission(source, target):
 def moved(path, plan, copy):
     """Where ``path`` (the submission, or a path inside it) lies in its copy, made in the folder ``copy``."""
     parent = os.path.dirname(plan["submission"])
-    return copy + os.path.realpath(path)[len(parent):]
+    return copy + os.path.realpath(path)[len(parent) :]
 
 
 def _parents(path):
@@ -381,11 +426,13 @@ def _private_scratch(plan, protections, privileged):
         _copy_submission(plan["submission"], copy)
     except Exception:  # noqa: BLE001 (imported where it lies, then)
         copy = None
+
     def private():
         if privileged:
             os.chown(scratch, NOBODY, NOBODY)
         os.chmod(scratch, 0o700)
         os.chdir(scratch)
+
     protections.attempt("private_tmp", private)
     return copy
 
@@ -419,11 +466,13 @@ def guard(inner, status_fd, server):
     """Wait for the inner process without collecting it (its pid stays its own until the server has
     killed it), report how it ended on ``status_fd``, then wait to be killed. Should the server die
     first, kill the inner process (and so its PID namespace) and leave."""
+
     def orphaned(*_):
         try:
             os.kill(inner, signal.SIGKILL)
         finally:
             os._exit(0)
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, orphaned)
     try:

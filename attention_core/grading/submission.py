@@ -17,10 +17,19 @@ import time
 
 from attention_core.grading import plan, timing, wire
 from attention_core.grading.channel import WAITED, Channel
-from attention_core.harness.reading.settings import CALL_TIMEOUT
 from attention_core.grading.replies import (
-    CRASHED, IMPORT_ERROR, NOT_IMPLEMENTED, OK, TIMEOUT, CallOutcome, WorkerError, check_hello, checked_outcome,
-    decoded)
+    CRASHED,
+    IMPORT_ERROR,
+    NOT_IMPLEMENTED,
+    OK,
+    TIMEOUT,
+    CallOutcome,
+    WorkerError,
+    check_hello,
+    checked_outcome,
+    decoded,
+)
+from attention_core.harness.reading.settings import CALL_TIMEOUT
 
 ANSWERS_KEPT = 1 << 16  # bytes of a request up to which a submission's answer is kept for the same request
 
@@ -92,8 +101,9 @@ class Submission:
         """
         return self._call(name, args, kwargs or {}, timeout, None, keep, reuse, limit)
 
-    def call_grad(self, name, args=(), kwargs=None, *, projection_seed=0, timeout=CALL_TIMEOUT, keep=None, reuse=None,
-                  limit=None):
+    def call_grad(
+        self, name, args=(), kwargs=None, *, projection_seed=0, timeout=CALL_TIMEOUT, keep=None, reuse=None, limit=None
+    ):
         """Call ``name`` with every floating tensor argument requiring grad; backpropagate a projection.
 
         The scalar is ``wire.projection(outputs, projection_seed)``; ``grads`` maps each floating
@@ -111,13 +121,21 @@ class Submission:
             raise ValueError(f"the submission {self.path} is closed")
         if self.start().status != OK:
             return [CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")] * len(calls)
-        found = {i: CallOutcome(NOT_IMPLEMENTED, message=f"{n!r} is not graded: {', '.join(self._worker.names)}")
-                 for i, (n, _, _) in enumerate(calls) if n not in self._worker.names}
+        found = {
+            i: CallOutcome(NOT_IMPLEMENTED, message=f"{n!r} is not graded: {', '.join(self._worker.names)}")
+            for i, (n, _, _) in enumerate(calls)
+            if n not in self._worker.names
+        }
         asked = [(i, call) for i, call in enumerate(calls) if i not in found]
         if not asked:
             return [found[i] for i in range(len(calls))]
-        request = {"op": "calls", "name": "", "grad_seed": None, "keep": None,
-                   "calls": [{"id": i, "name": n, "args": list(a), "kwargs": dict(k)} for i, (n, a, k) in asked]}
+        request = {
+            "op": "calls",
+            "name": "",
+            "grad_seed": None,
+            "keep": None,
+            "calls": [{"id": i, "name": n, "args": list(a), "kwargs": dict(k)} for i, (n, a, k) in asked],
+        }
         data = self._worker.encoded(request, self._shared, reuse)
         if self._ahead is not None:  # a call sent ahead: its reply first, kept for when it is made
             sent, start, pending = self._ahead
@@ -218,8 +236,14 @@ class Submission:
         return self._spent_outcome() if self.budget_left <= 0 else None
 
     def _request_bytes(self, name, args, kwargs, seed, keep, reuse):
-        request = {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs), "grad_seed": seed,
-                   "keep": None if keep is None else [int(i) for i in keep]}
+        request = {
+            "op": "call",
+            "name": name,
+            "args": list(args),
+            "kwargs": dict(kwargs),
+            "grad_seed": seed,
+            "keep": None if keep is None else [int(i) for i in keep],
+        }
         return self._worker.encoded(request, self._shared, reuse)
 
     def _finish(self, data, start, pending, timeout, ahead=True):
@@ -229,8 +253,9 @@ class Submission:
         limit = min(timeout, self.budget_left)  # CPU seconds; the wall clock's ceiling counts from the waiting
         waiting = time.monotonic()  # (a call sent ahead computed meanwhile: only its CPU time counts for it)
         wall = self._ceiling(limit)
-        raw, output, problem = self._channel.exchange(pending, limit, wall,
-                                                      self._limits.pop(data, None) or self._worker.reply_limit)
+        raw, output, problem = self._channel.exchange(
+            pending, limit, wall, self._limits.pop(data, None) or self._worker.reply_limit
+        )
         cpu = self._channel.meter.take()  # before a replacement: the process that spent it
         if problem is None and cpu is not None and cpu > limit:  # answered, sent ahead, after its CPU time ran out
             raw, problem = None, TIMEOUT
@@ -246,8 +271,12 @@ class Submission:
 
     def _send_ahead(self):
         data, self._next = self._next, None
-        if data is None or data in self._early or (len(data) <= ANSWERS_KEPT and data in self._answered) \
-                or self.budget_left <= 0:
+        if (
+            data is None
+            or data in self._early
+            or (len(data) <= ANSWERS_KEPT and data in self._answered)
+            or self.budget_left <= 0
+        ):
             return
         self._ahead = (data, time.monotonic(), self._channel.send(memoryview(data)))
 
@@ -274,12 +303,18 @@ class Submission:
         if problem == TIMEOUT:
             return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s of CPU time")
         if problem == WAITED and wall < timing.CEILING * limit:
-            return CallOutcome(TIMEOUT, message=f"the submission's time budget of {self.budget:g} s is spent (in "
-                                                f"wall-clock time: it waited rather than computed)")
+            return CallOutcome(
+                TIMEOUT,
+                message=f"the submission's time budget of {self.budget:g} s is spent (in "
+                f"wall-clock time: it waited rather than computed)",
+            )
         if problem == WAITED:
-            return CallOutcome(TIMEOUT, message=f"the call did not return within {timing.CEILING * limit:.3g} s "
-                                                f"({timing.CEILING:g} times its limit of {limit:.3g} s of CPU time: "
-                                                f"it waited rather than computed)")
+            return CallOutcome(
+                TIMEOUT,
+                message=f"the call did not return within {timing.CEILING * limit:.3g} s "
+                f"({timing.CEILING:g} times its limit of {limit:.3g} s of CPU time: "
+                f"it waited rather than computed)",
+            )
         if problem is not None:
             return CallOutcome(CRASHED, message=problem)
         return self._worker.outcome_of(raw)
@@ -306,17 +341,31 @@ class Submission:
         w = self._worker
         scratch = tempfile.mkdtemp(dir=w.scratch)
         sandbox = None if w.sandbox_plan is None else plan.with_submission(w.sandbox_plan, self.path, scratch)
-        request = {"op": "open", "entry": str(self._entry), "root": str(self._root), "module": self._module,
-                   "package": self._package, "names": list(w.names), "memory": w.memory_limit,
-                   "reply_limit": w.reply_limit, "sandbox": sandbox}
+        request = {
+            "op": "open",
+            "entry": str(self._entry),
+            "root": str(self._root),
+            "module": self._module,
+            "package": self._package,
+            "names": list(w.names),
+            "memory": w.memory_limit,
+            "reply_limit": w.reply_limit,
+            "sandbox": sandbox,
+        }
         shared = w.shared_now()  # what this child will inherit
         try:
             reply = w.request(request, fds=(theirs.fileno(), out_w))
         finally:
             theirs.close()
             os.close(out_w)
-        self._channel = Channel(ours, out_r, reply["pid"], timing.Meter(reply.get("inner")),
-                                output_limit=w.output_limit, reply_limit=w.reply_limit)
+        self._channel = Channel(
+            ours,
+            out_r,
+            reply["pid"],
+            timing.Meter(reply.get("inner")),
+            output_limit=w.output_limit,
+            reply_limit=w.reply_limit,
+        )
         self._pid, self._ready = reply["pid"], False
         self._shared, self._scratch = shared, scratch
         self.protections = reply["protections"]
@@ -331,8 +380,10 @@ class Submission:
         elif problem == WAITED and wall < timing.CEILING * timeout:
             problem = f"the submission's time budget of {self.budget:g} s is spent (in wall-clock time, importing)"
         elif problem == WAITED:
-            problem = (f"the import did not finish within {timing.CEILING * timeout:.3g} s ({timing.CEILING:g} times "
-                       f"its limit of {timeout:.3g} s of CPU time: it waited rather than computed)")
+            problem = (
+                f"the import did not finish within {timing.CEILING * timeout:.3g} s ({timing.CEILING:g} times "
+                f"its limit of {timeout:.3g} s of CPU time: it waited rather than computed)"
+            )
         elif problem is None:
             try:
                 reply = decoded(raw)

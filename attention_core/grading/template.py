@@ -40,17 +40,19 @@ def template():
 
 
 def _function(function):
-    args = "\n".join(f"        {p.name}: {p.doc}" + (f" (default {p.signature().split('=', 1)[1]})" if not p.required
-                                                      else "")
-                     for p in function.params if p.doc or not p.required)
+    args = "\n".join(
+        f"        {p.name}: {p.doc}" + (f" (default {p.signature().split('=', 1)[1]})" if not p.required else "")
+        for p in function.params
+        if p.doc or not p.required
+    )
     doc = [function.purpose]
     if args:
         doc += ["", "    Args:", args]
     doc += ["", "    Returns:", f"        {_plain(function.summary)}"]
     body = "\n".join(doc)
-    return (f"\n\ndef {function.signature()}:\n"
-            f'    """{body}\n    """\n'
-            f'    raise NotImplementedError("{function.name}")\n')
+    return (
+        f'\n\ndef {function.signature()}:\n    """{body}\n    """\n    raise NotImplementedError("{function.name}")\n'
+    )
 
 
 def _plain(text):
@@ -75,12 +77,19 @@ def _teacher_header(assignment):
     """The hand-out's first lines: its title, the reference's imports, and the assignments its signatures read."""
     module_source = inspect.getsource(assignment.reference)
     tree = ast.parse(module_source)
-    imports = [ast.get_source_segment(module_source, node)
-               for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    imports = [
+        ast.get_source_segment(module_source, node)
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
     needed = _needed(module_source, _signatures(assignment))
     title = assignment.settings.title or assignment.name
-    return (f'"""{title}: implement each function and class below."""\n\n' + "\n".join(imports) + "\n"
-            + ("\n" + "\n".join(needed) + "\n" if needed else ""))
+    return (
+        f'"""{title}: implement each function and class below."""\n\n'
+        + "\n".join(imports)
+        + "\n"
+        + ("\n" + "\n".join(needed) + "\n" if needed else "")
+    )
 
 
 def _signatures(assignment):
@@ -89,8 +98,11 @@ def _signatures(assignment):
     for graded in assignment.graded.values():
         source = textwrap.dedent(inspect.getsource(getattr(assignment.reference, graded.name)))
         node = ast.parse(source).body[0]
-        defs = [node] if not graded.is_class else [f for f in node.body if isinstance(f, ast.FunctionDef)
-                                                   and f.name in ("__init__", "forward")]
+        defs = (
+            [node]
+            if not graded.is_class
+            else [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name in ("__init__", "forward")]
+        )
         found += [_signature(source, d, "") for d in defs]
     return found
 
@@ -101,14 +113,19 @@ def _stub(assignment, graded):
     source = textwrap.dedent(inspect.getsource(value))
     node = ast.parse(source).body[0]
     if not graded.is_class:
-        return (f"\n\ndef {graded.name}{_signature(source, node, '')}\n{doc}"
-                f'    raise NotImplementedError("{graded.name}")\n')
+        return (
+            f"\n\ndef {graded.name}{_signature(source, node, '')}\n{doc}"
+            f'    raise NotImplementedError("{graded.name}")\n'
+        )
     bases = ", ".join(ast.unparse(b) for b in node.bases) or "nn.Module"
     layers = _layers(node)
     if layers:
         named = ", ".join(f"self.{attr} ({kind})" for attr, kind in layers)
-        note = textwrap.fill(f"Your instance is given the reference's initial parameters by name: make {named} in "
-                             f"__init__, with these names.", 96)
+        note = textwrap.fill(
+            f"Your instance is given the reference's initial parameters by name: make {named} in "
+            f"__init__, with these names.",
+            96,
+        )
         doc = _docstring(f"{own_doc(value)}\n\n{note}".strip(), "    ")
     forward_doc = _docstring(own_doc(value.forward), "        ")
     methods = {f.name: f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -116,11 +133,13 @@ def _stub(assignment, graded):
     own = ", ".join(["self", *(p.signature() for p in graded.params)])
     init = _signature(source, methods["__init__"], "    ") if "__init__" in methods else f"({own}):"
     forward = _signature(source, methods["forward"], "    ") if "forward" in methods else f"({call}):"
-    return (f"\n\nclass {graded.name}({bases}):\n{doc}\n"
-            f"    def __init__{init}\n        super().__init__()\n"
-            f'        raise NotImplementedError("{graded.name}.__init__")\n\n'
-            f"    def forward{forward}\n{forward_doc}"
-            f'        raise NotImplementedError("{graded.name}.forward")\n')
+    return (
+        f"\n\nclass {graded.name}({bases}):\n{doc}\n"
+        f"    def __init__{init}\n        super().__init__()\n"
+        f'        raise NotImplementedError("{graded.name}.__init__")\n\n'
+        f"    def forward{forward}\n{forward_doc}"
+        f'        raise NotImplementedError("{graded.name}.forward")\n'
+    )
 
 
 def _signature(source, node, indent):
@@ -129,7 +148,7 @@ def _signature(source, node, indent):
     as written; a continuation line re-indented under ``indent``). Read by Python's tokenizer: a parenthesis or
     a colon in a comment or a string is not the signature's."""
     lines = source.splitlines(keepends=True)
-    start = sum(len(line) for line in lines[:node.lineno - 1]) + node.col_offset
+    start = sum(len(line) for line in lines[: node.lineno - 1]) + node.col_offset
     text = source[start:]
     opening = close = None
     depth = 0
@@ -154,7 +173,7 @@ def _signature(source, node, indent):
     if opening is None or close is None:
         returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
         return f"({ast.unparse(node.args)}){returns}:"
-    signature = text[opening:close + 1]
+    signature = text[opening : close + 1]
     first, *rest = signature.split("\n")
     own = len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip())
     return "\n".join([first, *(indent + line[own:] if line[:own].isspace() else line for line in rest)])
@@ -172,8 +191,9 @@ def _needed(source, signatures):
         used |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     kept = []
     for node in ast.parse(source).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
-            else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id in used for t in targets):
             kept.append(ast.get_source_segment(source, node))
     return kept

@@ -20,7 +20,7 @@ def cpu_seconds(pid):
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
-        fields = data[data.rindex(b")") + 2:].split()
+        fields = data[data.rindex(b")") + 2 :].split()
         return sum(int(x) for x in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
     except (OSError, ValueError, IndexError):
         return None

@@ -31,8 +31,20 @@ MAX_DIMS = 64
 # dtype name -> dtype; the only dtypes that cross the wire.
 DTYPES = {
     str(d).removeprefix("torch."): d
-    for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-              torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.complex64,
+        torch.complex128,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    )
 }
 
 
@@ -157,8 +169,9 @@ class Shared:
             data, written = raw_bytes(tensor, size), 0
             while written < size:
                 written += os.write(fd, data[written:])
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
-                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+            fcntl.fcntl(
+                fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+            )
             self._shared = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
             self._private = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
             self._address = self._view(self._private).data_ptr()  # where every fresh view's bytes start
@@ -186,8 +199,14 @@ class Shared:
         file is an anonymous copy (present and not a file page, or swapped out); an unwritten one is
         the file's own page or not mapped yet. False wherever that cannot be told.
         """
-        if self._private is None or type(tensor) is not torch.Tensor or tensor.data_ptr() != self._address \
-                or tensor.dtype != self.dtype or tuple(tensor.shape) != self.shape or not tensor.is_contiguous():
+        if (
+            self._private is None
+            or type(tensor) is not torch.Tensor
+            or tensor.data_ptr() != self._address
+            or tensor.dtype != self.dtype
+            or tuple(tensor.shape) != self.shape
+            or not tensor.is_contiguous()
+        ):
             return False
         size = len(self._private)
         first, last = self._address // mmap.PAGESIZE, (self._address + size - 1) // mmap.PAGESIZE
@@ -235,7 +254,7 @@ def decode(text, blob, shared=None):
             return [walk(x) for x in v]
         if not isinstance(v, dict) or len(v) != 1:
             raise WireError(f"unknown value in a message: {str(v)[:80]}")
-        (tag, body), = v.items()
+        ((tag, body),) = v.items()
         if tag == "tuple" and isinstance(body, list):
             return tuple(walk(x) for x in body)
         if tag == "tensor":

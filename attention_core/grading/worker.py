@@ -197,8 +197,11 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w, server):
                 except Exception as e:  # noqa: BLE001 (fail closed: the submission does not run)
                     refused, copy = str(e) if isinstance(e, sandbox.Refused) else f"its sandbox failed: {e!r}", None
                 if copy is not None:  # the submission is imported from its copy
-                    request = dict(request, entry=sandbox.moved(request["entry"], plan, copy),
-                                   root=sandbox.moved(request["root"], plan, copy))
+                    request = dict(
+                        request,
+                        entry=sandbox.moved(request["entry"], plan, copy),
+                        root=sandbox.moved(request["root"], plan, copy),
+                    )
             else:
                 protections.miss("namespaces", "the sandbox is off")
             os.write(status_w, f"protections {json.dumps(protections.as_dict())}\n".encode())
@@ -227,9 +230,16 @@ def child_main(request, fds, wire, shared, refused=None):
     if os.read(sock_fd, len(wire.GO)) != wire.GO:  # set up ahead: wait for the grader's word (or its end)
         return
     if refused:  # nothing of the submission runs
-        socket.socket(fileno=sock_fd).sendall(wire.encode(
-            {"status": "import error", "message": f"the submission was not run: {refused}", "traceback": [],
-             "names": []}))
+        socket.socket(fileno=sock_fd).sendall(
+            wire.encode(
+                {
+                    "status": "import error",
+                    "message": f"the submission was not run: {refused}",
+                    "traceback": [],
+                    "names": [],
+                }
+            )
+        )
         return
     if os.getsid(0) != os.getpid():  # (the guard made it a session leader already, where there is one)
         os.setsid()
@@ -262,12 +272,17 @@ def child_main(request, fds, wire, shared, refused=None):
         try:
             parts = wire.encode_parts(reply)
         except Exception as e:  # e.g. a list that contains itself
-            parts = wire.encode_parts({"status": "raised",
-                                       "message": f"the result could not be sent: {CHILD.exception_text(e)}"})
+            parts = wire.encode_parts(
+                {"status": "raised", "message": f"the result could not be sent: {CHILD.exception_text(e)}"}
+            )
         size = sum(len(p) for p in parts)
         if size > request["reply_limit"]:
-            parts = wire.encode_parts({"status": "raised", "message": (
-                f"the result is {size} bytes, over the limit of {request['reply_limit']}")})
+            parts = wire.encode_parts(
+                {
+                    "status": "raised",
+                    "message": (f"the result is {size} bytes, over the limit of {request['reply_limit']}"),
+                }
+            )
         wire.send_parts(sock, parts)
         del parts
         if reply["status"] == "crashed":

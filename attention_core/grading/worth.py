@@ -25,9 +25,11 @@ def of_check(assignment, item, gradient_points):
     """The Worth of the check ``item`` (a loaded one), its backward check worth ``gradient_points`` unless
     ``checks:`` says otherwise."""
     override = assignment.settings.override(item.id)
-    return Worth(float(first_given(override.points, item.check.points, assignment.settings.points)),
-                 first_given(override.visibility, item.check.visibility, assignment.settings.visibility),
-                 float(first_given(override.gradient_points, gradient_points)))
+    return Worth(
+        float(first_given(override.points, item.check.points, assignment.settings.points)),
+        first_given(override.visibility, item.check.visibility, assignment.settings.visibility),
+        float(first_given(override.gradient_points, gradient_points)),
+    )
 
 
 def property_points(assignment, property_id, points):

@@ -43,7 +43,7 @@ def shorten(value, limit=80):
     shown = value if isinstance(value, str) else _REPR.repr(value)
     shown = escape(shown)
     if len(shown) > limit:
-        shown = shown[:limit - 1] + "…"
+        shown = shown[: limit - 1] + "…"
     return shown
 
 
@@ -80,8 +80,10 @@ def read_float(text, value=None, infinity="inf"):
         written = decimal.Decimal(text)
         if abs(written) - _LARGEST <= decimal.Decimal(1).scaleb(written.as_tuple().exponent) / 2:
             return math.copysign(sys.float_info.max, value), None
-        return value, (f"the number {text} is beyond float64's range (its largest is 1.7976931348623157e+308); "
-                       f"an infinity is written {infinity}")
+        return value, (
+            f"the number {text} is beyond float64's range (its largest is 1.7976931348623157e+308); "
+            f"an infinity is written {infinity}"
+        )
     if value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]):
         return value, f"the number {text} is below float64's smallest magnitude (about 4.9e-324): it would read as 0"
     return value, None

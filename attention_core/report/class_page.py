@@ -13,11 +13,14 @@ from attention_core.report.html import STYLE
 MOST_COLUMNS = 60  # checks drawn in the heatmap; the table below lists them all
 MOST_ROWS = 400  # submissions drawn in it
 
-PAGE_STYLE = STYLE + """
+PAGE_STYLE = (
+    STYLE
+    + """
 table.heat td{width:14px;height:14px;padding:0;border:1px solid #fff}
 table.heat th.c{writing-mode:vertical-rl;transform:rotate(180deg);font:11px monospace;padding:2px;max-height:220px}
 table.heat td.name{width:auto;font:12px monospace;padding:0 6px;white-space:nowrap}
 """
+)
 
 
 def class_page(scores, rows):
@@ -28,10 +31,12 @@ def class_page(scores, rows):
             if grade.score < grade.max_score:
                 lost[grade.check_id] = lost.get(grade.check_id, 0) + 1
     columns = sorted(lost, key=lambda c: (-lost[c], c))[:MOST_COLUMNS]
-    parts = [f"<!doctype html><meta charset=utf-8><title>The class at a glance</title><style>{PAGE_STYLE}</style>",
-             f"<h1>The class at a glance</h1><p class=meta>{len(scores)} submissions; {len(lost)} checks and "
-             f"properties lost points in at least one (the heatmap shows the first {len(columns)}, most failed "
-             f"first; darker: more of the check's points lost)</p>"]
+    parts = [
+        f"<!doctype html><meta charset=utf-8><title>The class at a glance</title><style>{PAGE_STYLE}</style>",
+        f"<h1>The class at a glance</h1><p class=meta>{len(scores)} submissions; {len(lost)} checks and "
+        f"properties lost points in at least one (the heatmap shows the first {len(columns)}, most failed "
+        f"first; darker: more of the check's points lost)</p>",
+    ]
     if columns:
         head = "".join(f'<th class=c title="{_e(c)}">{_e(_short(c))}</th>' for c in columns)
         body = []
@@ -43,7 +48,7 @@ def class_page(scores, rows):
     for kind, title in (("mistake", "Named mistakes"), ("property", "Properties"), ("check", "Checks")):
         listed = [(what, n) for k, what, n in rows if k == kind]
         if listed:
-            lines = "".join(f'<tr><td class=n>{n} of {len(scores)}</td><td>{_e(what)}</td></tr>' for what, n in listed)
+            lines = "".join(f"<tr><td class=n>{n} of {len(scores)}</td><td>{_e(what)}</td></tr>" for what, n in listed)
             parts.append(f"<h2>{title}, largest first</h2><table>{lines}</table>")
     return "".join(parts)
 

@@ -35,14 +35,24 @@ def draw(failure, computed=None, *, max_slices=MAX_SLICES):
     if failure.shape is None or len(failure.shape) == 0:
         return ""
     if math.prod(failure.shape) > MAX_ELEMENTS:
-        return (f'<p class="note" style="font:12px sans-serif">{html.escape(failure.target)} has shape '
+        return (
+            (
+                f'<p class="note" style="font:12px sans-serif">{html.escape(failure.target)} has shape '
                 f"{tuple(failure.shape)}: not drawn (heatmaps are drawn for tensors of up to {MAX_ELEMENTS:,} "
-                f"elements).</p>") if failure.mismatch.stage == "values" else ""
+                f"elements).</p>"
+            )
+            if failure.mismatch.stage == "values"
+            else ""
+        )
     dense = failure.dense()
     if dense is None:
         return ""
-    whole = isinstance(computed, torch.Tensor) and tuple(computed.shape) == tuple(failure.shape) and \
-        computed.device.type != "meta" and not computed.is_complex()
+    whole = (
+        isinstance(computed, torch.Tensor)
+        and tuple(computed.shape) == tuple(failure.shape)
+        and computed.device.type != "meta"
+        and not computed.is_complex()
+    )
     if whole:
         dense = (dense[0], computed.detach(), *dense[2:])
     if len(failure.shape) == 1:
@@ -53,8 +63,10 @@ def draw(failure, computed=None, *, max_slices=MAX_SLICES):
         worst = tuple(i % n for i, n in zip(worst, failure.shape))
         worst = (0, *worst) if len(failure.shape) == 1 else worst
     chosen = _slices(expected.shape[:-2], worst[:-2] if worst is not None else None, max_slices)
-    pieces = [(index, *_prepared(expected[index], actual[index].to("cpu", torch.float64), allowed[index], shown[index]))
-              for index in chosen]
+    pieces = [
+        (index, *_prepared(expected[index], actual[index].to("cpu", torch.float64), allowed[index], shown[index]))
+        for index in chosen
+    ]
     # Expected and the difference are NaN where the print shows no element: the scales leave them out.
     values = heatmap.Scale.spanning(*(t for piece in pieces for t in piece[1:3]))
     differences = heatmap.Scale.around_zero(*(piece[3] for piece in pieces))
@@ -66,18 +78,39 @@ def draw(failure, computed=None, *, max_slices=MAX_SLICES):
         outline = (worst[-2] // bh, worst[-1] // bw) if inside else None
         e, a, d, s = (t.reshape(-1)[picks] for t in (e, a, d, s))
         # Without the computed value, actual too is known only where the print shows an element.
-        grids = [(e, heatmap.categories(e, s)), (a, heatmap.categories(a, None if whole else s)),
-                 (d, heatmap.categories(d, s))]
+        grids = [
+            (e, heatmap.categories(e, s)),
+            (a, heatmap.categories(a, None if whole else s)),
+            (d, heatmap.categories(d, s)),
+        ]
         for _, c in grids:
             present |= set(c.unique().tolist())
-        drawn.append(_slice(failure.target, index, len(failure.shape), grids, (values, values, differences),
-                            outline, (bh, bw), b.shape))
+        drawn.append(
+            _slice(
+                failure.target,
+                index,
+                len(failure.shape),
+                grids,
+                (values, values, differences),
+                outline,
+                (bh, bw),
+                b.shape,
+            )
+        )
     keys = heatmap.keys_svg(present, outline=worst is not None)
-    legend = "".join(f'<span style="display:inline-block;margin-right:20px;vertical-align:top">{svg}</span>' for svg in
-                     (heatmap.legend_svg(values, "expected and actual"),
-                      heatmap.legend_svg(differences, "actual − expected"), keys))
-    return (f'<div class="heatmaps" data-target="{html.escape(failure.target)}" style="margin:6px 0">'
-            + "".join(drawn) + f'<div class="legend" style="margin:4px 0">{legend}</div></div>')
+    legend = "".join(
+        f'<span style="display:inline-block;margin-right:20px;vertical-align:top">{svg}</span>'
+        for svg in (
+            heatmap.legend_svg(values, "expected and actual"),
+            heatmap.legend_svg(differences, "actual − expected"),
+            keys,
+        )
+    )
+    return (
+        f'<div class="heatmaps" data-target="{html.escape(failure.target)}" style="margin:6px 0">'
+        + "".join(drawn)
+        + f'<div class="legend" style="margin:4px 0">{legend}</div></div>'
+    )
 
 
 def _prepared(expected, actual, allowed, shown):
@@ -103,11 +136,14 @@ def _note(target, shape, chosen, worst):
     if len(shape) <= 2:
         return ""
     total = math.prod(shape[:-2])
-    named = ", ".join(_index(i) + (" (the worst element's)" if worst is not None and tuple(worst[:-2]) == i else "")
-                      for i in chosen)
-    return (f'<p class="note" style="margin:2px 0;font:12px sans-serif">{html.escape(target)} has shape '
-            f"{tuple(shape)}: {len(chosen)} of its {total} slices over the last two dimensions drawn: "
-            f"{html.escape(named)}.</p>")
+    named = ", ".join(
+        _index(i) + (" (the worst element's)" if worst is not None and tuple(worst[:-2]) == i else "") for i in chosen
+    )
+    return (
+        f'<p class="note" style="margin:2px 0;font:12px sans-serif">{html.escape(target)} has shape '
+        f"{tuple(shape)}: {len(chosen)} of its {total} slices over the last two dimensions drawn: "
+        f"{html.escape(named)}.</p>"
+    )
 
 
 def _slice(target, index, ndim, grids, scales, outline, steps, shape):
@@ -116,17 +152,30 @@ def _slice(target, index, ndim, grids, scales, outline, steps, shape):
     name = f"{target}{_index(index)}" if index else target if ndim > 1 else f"{target} (one row)"
     label = f"{name}: {shape[0]} × {shape[1]}"
     if steps != (1, 1):
-        label += (f", drawn {rows} × {cols}: each cell shows the worst element of its "
-                  f"{steps[0]} × {steps[1]} block")
+        label += f", drawn {rows} × {cols}: each cell shows the worst element of its {steps[0]} × {steps[1]} block"
     figures = []
     for kind, (values, codes), scale in zip(KINDS, grids, scales):
-        svg = heatmap.heatmap_svg(values, codes, scale, outline=outline, label=f"{kind}: {name}", cell=cell,
-                                  attributes={"class": "heatmap", "data-role": kind, "data-rows": rows,
-                                              "data-cols": cols, "data-row-step": steps[0],
-                                              "data-col-step": steps[1]})
+        svg = heatmap.heatmap_svg(
+            values,
+            codes,
+            scale,
+            outline=outline,
+            label=f"{kind}: {name}",
+            cell=cell,
+            attributes={
+                "class": "heatmap",
+                "data-role": kind,
+                "data-rows": rows,
+                "data-cols": cols,
+                "data-row-step": steps[0],
+                "data-col-step": steps[1],
+            },
+        )
         figures.append(f'<figure style="{_FIGURE}">{svg}<figcaption style="{_CAPTION}">{kind}</figcaption></figure>')
-    return (f'<div class="slice" data-slice="{html.escape(_index(index))}">'
-            f'<div style="font:12px monospace">{html.escape(label)}</div>{"".join(figures)}</div>')
+    return (
+        f'<div class="slice" data-slice="{html.escape(_index(index))}">'
+        f'<div style="font:12px monospace">{html.escape(label)}</div>{"".join(figures)}</div>'
+    )
 
 
 def _index(index):
@@ -180,8 +229,10 @@ class Drawings:
                 continue
             drawable += 1
             where = f" (line {failure.line})" if located else ""
-            piece = (f'<div style="font:bold 12px sans-serif;margin-top:8px">{html.escape(failure.target)}'
-                     f"{where}</div>{drawn}")
+            piece = (
+                f'<div style="font:bold 12px sans-serif;margin-top:8px">{html.escape(failure.target)}'
+                f"{where}</div>{drawn}"
+            )
             if limit is not None and size + len(piece) > limit:
                 left_out += 1
                 continue

@@ -17,10 +17,27 @@ LEVELS = 64  # colours a scale is quantised to (one path per colour)
 
 # Anchors, interpolated linearly: viridis (dark purple → yellow, lightness rising with the value)
 # for values, and blue → white → red for differences (white at 0).
-SEQUENTIAL = ((68, 1, 84), (72, 40, 120), (62, 74, 137), (49, 104, 142), (38, 130, 142), (31, 158, 137),
-              (53, 183, 121), (110, 206, 88), (181, 222, 43), (253, 231, 37))
-DIVERGING = ((33, 102, 172), (103, 169, 207), (209, 229, 240), (247, 247, 247), (253, 219, 199),
-             (239, 138, 98), (178, 24, 43))
+SEQUENTIAL = (
+    (68, 1, 84),
+    (72, 40, 120),
+    (62, 74, 137),
+    (49, 104, 142),
+    (38, 130, 142),
+    (31, 158, 137),
+    (53, 183, 121),
+    (110, 206, 88),
+    (181, 222, 43),
+    (253, 231, 37),
+)
+DIVERGING = (
+    (33, 102, 172),
+    (103, 169, 207),
+    (209, 229, 240),
+    (247, 247, 247),
+    (253, 219, 199),
+    (239, 138, 98),
+    (178, 24, 43),
+)
 
 VALUE, UNKNOWN, MASKED, POS_INF, NAN = range(5)
 # Each category: its name in the legend, its fill and the mark drawn over it (in cell units).
@@ -146,26 +163,32 @@ def heatmap_svg(values, codes, scale, *, outline=None, label="", cell=12, attrib
     found, counts = torch.unique_consecutive(ordered, return_counts=True)
     order, squares = order.tolist(), _squares(rows, cols)
     extra = "".join(f' {name}="{html.escape(str(value))}"' for name, value in (attributes or {}).items())
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{cols * cell}" height="{rows * cell}" '
-             f'viewBox="0 0 {cols} {rows}" shape-rendering="crispEdges"{extra}>',
-             f"<title>{html.escape(label)}</title>" if label else ""]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{cols * cell}" height="{rows * cell}" '
+        f'viewBox="0 0 {cols} {rows}" shape-rendering="crispEdges"{extra}>',
+        f"<title>{html.escape(label)}</title>" if label else "",
+    ]
     marks, start = [], 0
     for key, count in zip(found.tolist(), counts.tolist()):
-        cells, start = order[start:start + count], start + count
+        cells, start = order[start : start + count], start + count
         if key < LEVELS:
             parts.append(f'<path fill="{scale.palette[key]}" d="{"".join(map(squares.__getitem__, cells))}"/>')
             continue
         _, fill, stroke, _ = CATEGORIES[key - LEVELS]
         parts.append(f'<path fill="{fill}" d="{"".join(map(squares.__getitem__, cells))}"/>')
         drawn = "".join(map(_marks(rows, cols, key - LEVELS).__getitem__, cells))
-        marks.append(f'<path fill="none" stroke="{stroke}" stroke-width="0.12" shape-rendering="geometricPrecision" '
-                     f'd="{drawn}"/>')
+        marks.append(
+            f'<path fill="none" stroke="{stroke}" stroke-width="0.12" shape-rendering="geometricPrecision" '
+            f'd="{drawn}"/>'
+        )
     parts += marks
     if outline is not None:
         r, c = outline
         for colour, width in (("#ffffff", 0.36), ("#000000", 0.16)):
-            parts.append(f'<rect x="{c + 0.1}" y="{r + 0.1}" width="0.8" height="0.8" fill="none" stroke="{colour}" '
-                         f'stroke-width="{width}" shape-rendering="geometricPrecision"/>')
+            parts.append(
+                f'<rect x="{c + 0.1}" y="{r + 0.1}" width="0.8" height="0.8" fill="none" stroke="{colour}" '
+                f'stroke-width="{width}" shape-rendering="geometricPrecision"/>'
+            )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -186,32 +209,43 @@ def _marks(rows, cols, code):
 def legend_svg(scale, label, *, steps=16, width=160):
     """A colour bar for ``scale``: ``steps`` swatches between its low and high value, both written."""
     step = width / steps
-    swatches = "".join(f'<rect x="{i * step:.2f}" y="14" width="{step + 0.5:.2f}" height="10" '
-                       f'fill="{scale.palette[round(i * (LEVELS - 1) / (steps - 1))]}"/>' for i in range(steps))
+    swatches = "".join(
+        f'<rect x="{i * step:.2f}" y="14" width="{step + 0.5:.2f}" height="10" '
+        f'fill="{scale.palette[round(i * (LEVELS - 1) / (steps - 1))]}"/>'
+        for i in range(steps)
+    )
     low, high = _number(scale.low), _number(scale.high)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="38" '
-            f'viewBox="0 0 {width} 38" font-family="sans-serif" font-size="10">'
-            f"<title>{html.escape(label)}: {low} to {high}</title>"
-            f'<text x="0" y="10">{html.escape(label)}</text>{swatches}'
-            f'<text x="0" y="36">{low}</text><text x="{width}" y="36" text-anchor="end">{high}</text></svg>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="38" '
+        f'viewBox="0 0 {width} 38" font-family="sans-serif" font-size="10">'
+        f"<title>{html.escape(label)}: {low} to {high}</title>"
+        f'<text x="0" y="10">{html.escape(label)}</text>{swatches}'
+        f'<text x="0" y="36">{low}</text><text x="{width}" y="36" text-anchor="end">{high}</text></svg>'
+    )
 
 
 def keys_svg(present, *, outline=True):
     """Swatches for the categories in ``present`` (and the worst element's frame): what each drawing means."""
     entries = [(CATEGORIES[code], code) for code in (UNKNOWN, MASKED, POS_INF, NAN) if code in present]
     height = 14 * (len(entries) + outline)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="150" height="{height}" '
-             f'viewBox="0 0 150 {height}" font-family="sans-serif" font-size="10"><title>key</title>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="150" height="{height}" '
+        f'viewBox="0 0 150 {height}" font-family="sans-serif" font-size="10"><title>key</title>'
+    ]
     for n, ((name, fill, stroke, mark), _) in enumerate(entries):
         y = 14 * n + 1
         d = mark.format(x=0, y=y, x1=11, y1=y + 11)
-        parts.append(f'<rect x="0" y="{y}" width="11" height="11" fill="{fill}"/>'
-                     f'<path d="{d}" stroke="{stroke}" stroke-width="1.3" fill="none"/>'
-                     f'<text x="16" y="{y + 9}">{html.escape(name)}</text>')
+        parts.append(
+            f'<rect x="0" y="{y}" width="11" height="11" fill="{fill}"/>'
+            f'<path d="{d}" stroke="{stroke}" stroke-width="1.3" fill="none"/>'
+            f'<text x="16" y="{y + 9}">{html.escape(name)}</text>'
+        )
     if outline:
         y = 14 * len(entries) + 1
-        parts.append(f'<rect x="1" y="{y + 1}" width="9" height="9" fill="none" stroke="#000" stroke-width="2"/>'
-                     f'<text x="16" y="{y + 9}">worst element</text>')
+        parts.append(
+            f'<rect x="1" y="{y + 1}" width="9" height="9" fill="none" stroke="#000" stroke-width="2"/>'
+            f'<text x="16" y="{y + 9}">worst element</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 

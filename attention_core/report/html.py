@@ -52,8 +52,9 @@ def entry(item, result, *, diagnosis="", score=None, max_score=None):
     else:
         function = item.check.function or "(document arithmetic)"
         source = getattr(item.check.source, "cell", None) or getattr(item.check.source, "step", None) or ""
-    return Entry(result, item.file.name, document.title if document else "", function, str(source), diagnosis,
-                 score, max_score)
+    return Entry(
+        result, item.file.name, document.title if document else "", function, str(source), diagnosis, score, max_score
+    )
 
 
 class Page:
@@ -72,8 +73,9 @@ class Page:
         column = "passed" if passed else "pending" if one.result.status is Status.PENDING else "failed"
         self.graded |= one.max_score is not None
         for table, key, label in ((self.documents, one.document, one.title), (self.functions, one.function, "")):
-            row = table.setdefault(key, {"label": label, "passed": 0, "failed": 0, "pending": 0, "score": 0.0,
-                                         "max": 0.0})
+            row = table.setdefault(
+                key, {"label": label, "passed": 0, "failed": 0, "pending": 0, "score": 0.0, "max": 0.0}
+            )
             row[column] += 1
             row["score"] += one.score or 0.0
             row["max"] += one.max_score or 0.0
@@ -86,40 +88,50 @@ class Page:
     def _failed(self, one):
         result = one.result
         pictures = self.drawings.result(result) if result.failures else ""
-        scored = (f' · {points(one.score)} of {points(one.max_score)} points' if one.max_score is not None else "")
+        scored = f" · {points(one.score)} of {points(one.max_score)} points" if one.max_score is not None else ""
         source = ", ".join(p for p in (one.title, one.source) if p)
-        return (f'<section class="check" id="{_e(_anchor(result.check_id))}" data-status="{_e(result.status)}">'
-                f'<h3><span class="status">{_e(result.status)}</span>{_e(result.check_id)}</h3>'
-                f'<p class="meta">{_e(source or one.document)} · <code>{_e(result.location)}</code>'
-                f" · {_e(one.function)}{scored}</p>"
-                + (f'<div class="diagnosis">{_e(one.diagnosis)}</div>' if one.diagnosis else "")
-                + f"<pre>{_e(render(result))}</pre>{pictures}</section>")
+        return (
+            f'<section class="check" id="{_e(_anchor(result.check_id))}" data-status="{_e(result.status)}">'
+            f'<h3><span class="status">{_e(result.status)}</span>{_e(result.check_id)}</h3>'
+            f'<p class="meta">{_e(source or one.document)} · <code>{_e(result.location)}</code>'
+            f" · {_e(one.function)}{scored}</p>"
+            + (f'<div class="diagnosis">{_e(one.diagnosis)}</div>' if one.diagnosis else "")
+            + f"<pre>{_e(render(result))}</pre>{pictures}</section>"
+        )
 
     def html(self):
         counts = {"passed": len(self.passed), "failed": len(self.failed)}
-        parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                 f'<link rel="icon" href="data:,"><title>{_e(self.title)}</title><style>{STYLE}</style></head><body>',
-                 f"<h1>{_e(self.title)}</h1>",
-                 f'<p class="meta">{_e(self.subtitle)}</p>' if self.subtitle else "",
-                 f'<p class="meta">{_checks(counts["passed"])} passed, {counts["failed"]} did not'
-                 f'{_pending(self.documents)}.</p>']
+        parts = [
+            f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<link rel="icon" href="data:,"><title>{_e(self.title)}</title><style>{STYLE}</style></head><body>',
+            f"<h1>{_e(self.title)}</h1>",
+            f'<p class="meta">{_e(self.subtitle)}</p>' if self.subtitle else "",
+            f'<p class="meta">{_checks(counts["passed"])} passed, {counts["failed"]} did not'
+            f"{_pending(self.documents)}.</p>",
+        ]
         parts += [f'<p class="meta">{_e(note)}</p>' for note in self.notes]
         parts.append("<h2>By document</h2>" + self._table(self.documents, ("document", "title")))
         parts.append("<h2>By spec function</h2>" + self._table(self.functions, ("function",)))
         parts.append(f"<h2>Checks that did not pass ({counts['failed']})</h2>")
         if self.drawings.left_out:
-            parts.append(f'<p class="meta">Heatmaps are drawn for the first {MAX_CHECKS} checks with wrong values; '
-                         f"{self.drawings.left_out} more are shown as text.</p>")
+            parts.append(
+                f'<p class="meta">Heatmaps are drawn for the first {MAX_CHECKS} checks with wrong values; '
+                f"{self.drawings.left_out} more are shown as text.</p>"
+            )
         parts += self.failed or ["<p>None.</p>"]
-        parts.append(f"<h2>Checks that passed ({counts['passed']})</h2>"
-                     f'<details class="passed"><summary>{_checks(counts["passed"])} passed</summary>'
-                     f'<ul class="passed">{"".join(self.passed)}</ul></details>')
+        parts.append(
+            f"<h2>Checks that passed ({counts['passed']})</h2>"
+            f'<details class="passed"><summary>{_checks(counts["passed"])} passed</summary>'
+            f'<ul class="passed">{"".join(self.passed)}</ul></details>'
+        )
         parts.append("</body></html>\n")
         return "".join(parts)
 
     def _table(self, rows, heads):
         points_head = ['<th class="n">points</th>'] if self.graded else []
-        columns = ("passed", "failed", "pending") if any(row["pending"] for row in rows.values()) else ("passed", "failed")
+        columns = (
+            ("passed", "failed", "pending") if any(row["pending"] for row in rows.values()) else ("passed", "failed")
+        )
         head = "".join(f"<th>{h}</th>" for h in heads) + "".join(f'<th class="n">{c}</th>' for c in columns)
         body = []
         for key, row in rows.items():
@@ -127,7 +139,7 @@ class Page:
             cells += [f'<td class="n">{row[c]}</td>' for c in columns]
             if self.graded:
                 cells.append(f'<td class="n">{points(row["score"])} / {points(row["max"])}</td>')
-            body.append(f'<tr{" class=bad" if row["failed"] else ""}>{"".join(cells)}</tr>')
+            body.append(f"<tr{' class=bad' if row['failed'] else ''}>{''.join(cells)}</tr>")
         return f"<table><tr>{head}{''.join(points_head)}</tr>{''.join(body)}</table>"
 
 
@@ -139,11 +151,16 @@ def _pending(rows):
 
 def submission_page(graded, *, drawings=None):
     """The report of one graded submission (a grader's SubmissionGrade)."""
-    page = Page(f"Report: {graded.name}", subtitle=f"{points(graded.score)} of {points(graded.max_score)} points",
-                notes=[graded.note] if graded.note else [], drawings=drawings)
+    page = Page(
+        f"Report: {graded.name}",
+        subtitle=f"{points(graded.score)} of {points(graded.max_score)} points",
+        notes=[graded.note] if graded.note else [],
+        drawings=drawings,
+    )
     for grade in graded.grades:
-        page.add(entry(grade.item, grade.result, diagnosis=grade.diagnosis, score=grade.score,
-                       max_score=grade.max_score))
+        page.add(
+            entry(grade.item, grade.result, diagnosis=grade.diagnosis, score=grade.score, max_score=grade.max_score)
+        )
     return page.html()
 
 

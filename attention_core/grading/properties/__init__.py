@@ -17,7 +17,6 @@ property under ``checks:``). The calls of all of a submission's properties go ou
 (a second one only for a relation that feeds one call's result to another: split, then merge).
 """
 
-
 from __future__ import annotations
 
 import warnings
@@ -37,8 +36,8 @@ from attention_core.grading.properties.model import (  # noqa: F401 (the room's 
     argument,
     close,
     fresh,
-    replaced,
     is_property,
+    replaced,
     second_calls,
     shapes_of,
 )
@@ -69,40 +68,67 @@ def builtin_bases():
     w = [r(6, 6, scale=0.5) for _ in range(3)]
     found = {
         "softmax": [
-            (Base(Call("softmax", (r(2, 3, 5, scale=3.0),)), (0,), one, "x: float32 (2, 3, 5)"),
-             ("rows_sum_to_one", "shift", "batched", "large_inputs", "deterministic")),
+            (
+                Base(Call("softmax", (r(2, 3, 5, scale=3.0),)), (0,), one, "x: float32 (2, 3, 5)"),
+                ("rows_sum_to_one", "shift", "batched", "large_inputs", "deterministic"),
+            ),
             (Base(Call("softmax", (r(1, 1),)), (0,), one, "x: one element"), ("rows_sum_to_one",)),
         ],
         "causal_average": [
-            (Base(Call("causal_average", (r(2, 5, 3),)), (0,), one, "x: float32 (2, 5, 3)"),
-             ("causal", "constant", "batched", "deterministic")),
+            (
+                Base(Call("causal_average", (r(2, 5, 3),)), (0,), one, "x: float32 (2, 5, 3)"),
+                ("causal", "constant", "batched", "deterministic"),
+            ),
             (Base(Call("causal_average", (r(1, 4),)), (0,), one, "x: one token"), ("deterministic",)),
         ],
         "attention": [
-            (Base(Call("attention", (q, k, v)), (0, 1, 2), pair, "Tq = 3 queries, Tk = 5 keys, no mask"),
-             ("rows_sum_to_one", "permutation", "shift", "batched", "large_inputs", "deterministic")),
-            (Base(Call("attention", (r(2, 5, 4), r(2, 5, 4), r(2, 5, 3)), {"mask": mask5}), (0, 1, 2), pair,
-                  "5 tokens, causal mask"), ("causal", "rows_sum_to_one")),
-            (Base(Call("attention", (r(1, 4), r(1, 4), r(1, 2))), (0, 1, 2), pair, "one token"),
-             ("rows_sum_to_one",)),
+            (
+                Base(Call("attention", (q, k, v)), (0, 1, 2), pair, "Tq = 3 queries, Tk = 5 keys, no mask"),
+                ("rows_sum_to_one", "permutation", "shift", "batched", "large_inputs", "deterministic"),
+            ),
+            (
+                Base(
+                    Call("attention", (r(2, 5, 4), r(2, 5, 4), r(2, 5, 3)), {"mask": mask5}),
+                    (0, 1, 2),
+                    pair,
+                    "5 tokens, causal mask",
+                ),
+                ("causal", "rows_sum_to_one"),
+            ),
+            (Base(Call("attention", (r(1, 4), r(1, 4), r(1, 2))), (0, 1, 2), pair, "one token"), ("rows_sum_to_one",)),
         ],
         "split_heads": [
-            (Base(Call("split_heads", (x6, 3)), (0,), one, "x: float32 (2, 5, 6), 3 heads"),
-             ("split_merge", "permutation_rows", "batched", "deterministic")),
+            (
+                Base(Call("split_heads", (x6, 3)), (0,), one, "x: float32 (2, 5, 6), 3 heads"),
+                ("split_merge", "permutation_rows", "batched", "deterministic"),
+            ),
         ],
         "merge_heads": [
-            (Base(Call("merge_heads", (r(2, 3, 5, 2),)), (0,), one, "x: float32 (2, 3, 5, 2)"),
-             ("permutation_rows", "batched", "deterministic")),
+            (
+                Base(Call("merge_heads", (r(2, 3, 5, 2),)), (0,), one, "x: float32 (2, 3, 5, 2)"),
+                ("permutation_rows", "batched", "deterministic"),
+            ),
         ],
         "multi_head_attention": [
-            (Base(Call("multi_head_attention", (x6, *w, 3)), (0,), pair, "x: float32 (2, 5, 6), 3 heads, no mask"),
-             ("one_head", "permutation", "rows_sum_to_one", "batched", "deterministic")),
-            (Base(Call("multi_head_attention", (x6, *w, 3), {"mask": mask5}), (0,), pair, "5 tokens, 3 heads, "
-                  "causal mask"), ("causal", "one_head")),
+            (
+                Base(Call("multi_head_attention", (x6, *w, 3)), (0,), pair, "x: float32 (2, 5, 6), 3 heads, no mask"),
+                ("one_head", "permutation", "rows_sum_to_one", "batched", "deterministic"),
+            ),
+            (
+                Base(
+                    Call("multi_head_attention", (x6, *w, 3), {"mask": mask5}),
+                    (0,),
+                    pair,
+                    "5 tokens, 3 heads, causal mask",
+                ),
+                ("causal", "one_head"),
+            ),
         ],
         "layer_norm": [
-            (Base(Call("layer_norm", (r(2, 5, 6, scale=4.0) + 3,)), (0,), one, "x: float32 (2, 5, 6)"),
-             ("moments", "batched", "deterministic")),
+            (
+                Base(Call("layer_norm", (r(2, 5, 6, scale=4.0) + 3,)), (0,), one, "x: float32 (2, 5, 6)"),
+                ("moments", "batched", "deterministic"),
+            ),
         ],
     }
     return found
@@ -126,8 +152,11 @@ def teacher_bases(assignment, items, preparation):
         if args and instances.is_record(args[0]):
             record = args[0][instances.INSTANCE]
             args[0] = {instances.INSTANCE: {**record, "mode": "eval", "rng": None}}
-        tokens = tuple(label for label, value in [*enumerate(args), *kwargs.items()]
-                       if isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim >= 2)
+        tokens = tuple(
+            label
+            for label, value in [*enumerate(args), *kwargs.items()]
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim >= 2
+        )
         if not tokens:
             continue
         entry = assignment.graded[name]
@@ -154,6 +183,7 @@ def probes(assignment, items, preparation=None, points=None):
         bases = builtin_bases()
     else:
         from attention_core.harness.checking import runner
+
         bases = teacher_bases(assignment, items, preparation or runner.Preparation())
     functions = assignment.functions
     checked = {i.check.function for i in items if i.error is None and i.check.kind == "call"}
@@ -240,10 +270,13 @@ def further_calls(found):
     drawn again (the same shapes and dtypes, other values), for telling apart the mistakes that give a
     submission's results on its checks. The same calls every time (a fixed seed)."""
     generator = torch.Generator().manual_seed(FURTHER_SEED)
-    bases = list({id(part.base): part.base for probe in found for part in probe.parts
-                  if part.base is not None}.values())
-    return [replaced(base.call, {label: fresh(argument(base.call, label), generator) for label in base.tokens})
-            for base in bases]
+    bases = list(
+        {id(part.base): part.base for probe in found for part in probe.parts if part.base is not None}.values()
+    )
+    return [
+        replaced(base.call, {label: fresh(argument(base.call, label), generator) for label in base.tokens})
+        for base in bases
+    ]
 
 
 def outcome_of(functions, call):
@@ -255,8 +288,11 @@ def same_outcome(ours, theirs):
     """Whether two outcomes of one call agree: results alike within the agreement tolerance (NaN where NaN), or
     both failed with the same message past the name of the function (the same exception)."""
     if isinstance(ours, CallFailed) or isinstance(theirs, CallFailed):
-        return isinstance(ours, CallFailed) and isinstance(theirs, CallFailed) and \
-            ours.message.split(" raised ", 1)[-1] == theirs.message.split(" raised ", 1)[-1]
+        return (
+            isinstance(ours, CallFailed)
+            and isinstance(theirs, CallFailed)
+            and ours.message.split(" raised ", 1)[-1] == theirs.message.split(" raised ", 1)[-1]
+        )
     a = tuple(ours) if isinstance(ours, (tuple, list)) else (ours,)
     b = tuple(theirs) if isinstance(theirs, (tuple, list)) else (theirs,)
     if len(a) != len(b):

@@ -20,6 +20,7 @@ def is_property(check_id):
     """Whether a grade's id is a property's (``properties/<name>/<kind>``) rather than a check's."""
     return check_id.startswith(PREFIX + "/")
 
+
 class Broken(Exception):
     """A result that cannot be read as the property needs (not a tensor, a wrong shape): the property fails."""
 
@@ -70,8 +71,10 @@ class Part:
             names = self.base.returns if self.base is not None and call.name == self.base.call.name else ()
             name = f"`{names[i]}`" if i < len(names) else f"result {i + 1} of `{call.name}`"
             shown = "not a tensor" if got[i] is None else f"of shape {list(got[i])}"
-            raise Broken(f"{name} is {shown} where shape {list(want[i])} is expected (on these inputs, the "
-                         f"right results have that shape)")
+            raise Broken(
+                f"{name} is {shown} where shape {list(want[i])} is expected (on these inputs, the "
+                f"right results have that shape)"
+            )
 
 
 @dataclass
@@ -121,8 +124,10 @@ class Probe:
             except Broken as err:
                 broken = str(err)
             except Exception as err:  # noqa: BLE001 (the reference's results were judged: the difference is these)
-                broken = (f"these results could not be read as this property needs: {type(err).__name__}: "
-                          f"{shorten(str(err), 200)}")
+                broken = (
+                    f"these results could not be read as this property needs: {type(err).__name__}: "
+                    f"{shorten(str(err), 200)}"
+                )
             if broken:
                 where = f" (inputs: {part.base.note})" if part.base is not None and part.base.note else ""
                 return status, broken + where
@@ -206,13 +211,17 @@ def results(value, returns):
     """name -> tensor of a call's value (a tensor, or a tuple of them as ``returns`` names them)."""
     values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
     if len(values) != len(returns):
-        raise Broken(f"the call returned {len(values)} result(s) where {len(returns)} ({', '.join(returns)}) "
-                     f"are expected")
+        raise Broken(
+            f"the call returned {len(values)} result(s) where {len(returns)} ({', '.join(returns)}) are expected"
+        )
     out = {}
     for name, v in zip(returns, values):
         if type(v) is not torch.Tensor or v.is_complex():
-            raise Broken(f"`{name}` is complex, not a real tensor" if isinstance(v, torch.Tensor) and v.is_complex()
-                         else f"`{name}` is a {type(v).__name__}, not a tensor")
+            raise Broken(
+                f"`{name}` is complex, not a real tensor"
+                if isinstance(v, torch.Tensor) and v.is_complex()
+                else f"`{name}` is a {type(v).__name__}, not a tensor"
+            )
         out[name] = v
     return out
 

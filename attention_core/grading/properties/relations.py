@@ -37,6 +37,7 @@ def deterministic(base, generator):
             if not close(second[name], first[name], dtype):
                 return f"two calls with the same inputs gave different `{name}`"
         return None
+
     return Part((base.call, again), judge, base=base)
 
 
@@ -63,7 +64,7 @@ def batched(base, generator):
         changes[label] = t
     whole = replaced(base.call, changes)
     size = next(iter(changes.values())).shape[0]
-    items = [replaced(base.call, {label: t[i:i + 1] for label, t in changes.items()}) for i in range(size)]
+    items = [replaced(base.call, {label: t[i : i + 1] for label, t in changes.items()}) for i in range(size)]
     dtype = dtype_of(base)
 
     def judge(values):
@@ -74,10 +75,13 @@ def batched(base, generator):
                 t = together[name]
                 if t.ndim == 0 or t.shape[0] != size:
                     continue
-                if not close(t[i:i + 1], alone[name], dtype):
-                    return (f"entry {i} of a batch of {size} gave a different `{name}` from the same entry called "
-                            f"alone (batch entries must not mix)")
+                if not close(t[i : i + 1], alone[name], dtype):
+                    return (
+                        f"entry {i} of a batch of {size} gave a different `{name}` from the same entry called "
+                        f"alone (batch entries must not mix)"
+                    )
         return None
+
     return Part((whole, *items), judge, base=base)
 
 
@@ -96,7 +100,7 @@ def causal(base, generator):
     groups = _groups(base)
     if len(groups) != 1:
         return None
-    (T, labels), = groups.items()
+    ((T, labels),) = groups.items()
     if T < 2:
         return None
     cuts = sorted({0, T // 2 - 1 if T > 2 else 0, T - 2})
@@ -105,7 +109,7 @@ def causal(base, generator):
         changes = {}
         for label in labels:
             x = argument(base.call, label).clone()
-            x[..., t + 1:, :] = fresh(x[..., t + 1:, :], generator)
+            x[..., t + 1 :, :] = fresh(x[..., t + 1 :, :], generator)
             changes[label] = x
         calls.append(replaced(base.call, changes))
     dtype = dtype_of(base)
@@ -118,13 +122,16 @@ def causal(base, generator):
                 a, b = changed[name], plain[name]
                 if a.ndim < 2 or b.ndim < 2 or a.shape[-2] != T or b.shape[-2] != T:
                     continue
-                where = first_difference(a[..., :t + 1, :], b[..., :t + 1, :], dtype)
+                where = first_difference(a[..., : t + 1, :], b[..., : t + 1, :], dtype)
                 if where is not None:
                     position = where[-2] if len(where) >= 2 else "?"
                     later = f"after position {t}" if t < T - 2 else f"at position {T - 1}, the last"
-                    return (f"position {position} of `{name}` changed when only the tokens {later} changed "
-                            f"(positions count from 0): a position must not see later tokens")
+                    return (
+                        f"position {position} of `{name}` changed when only the tokens {later} changed "
+                        f"(positions count from 0): a position must not see later tokens"
+                    )
         return None
+
     return Part((base.call, *calls), judge, base=base)
 
 
@@ -154,6 +161,7 @@ def permutation(base, generator, both=True):
             if not close(permuted[name], expected(plain[name]), dtype):
                 return f"permuting the input tokens did not permute `{name}` the same way"
         return None
+
     return Part((base.call, moved), judge, base=base)
 
 
@@ -184,6 +192,7 @@ def _sums_to_one(base, name):
         if bool((rows < -atol).any()):
             return f"`{name}` holds a negative weight ({float(rows.min()):.6g})"
         return None
+
     return Part((base.call,), judge, base=base)
 
 
@@ -197,9 +206,12 @@ def finite(base, generator):
         got = results(values[0], base.returns)
         for name, t in got.items():
             if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                return (f"with every input multiplied by {LARGE:g}, `{name}` holds inf or NaN (large scores "
-                        f"overflow exp: subtract each row's maximum first)")
+                return (
+                    f"with every input multiplied by {LARGE:g}, `{name}` holds inf or NaN (large scores "
+                    f"overflow exp: subtract each row's maximum first)"
+                )
         return None
+
     return Part((large,), judge, base=base)
 
 
@@ -222,6 +234,7 @@ def shift(base, generator):
             if not close(shifted[name], plain[name], dtype):
                 return f"`{name}` changed when the same number was added to every score of a row"
         return None
+
     return Part((base.call, moved), judge, base=base)
 
 
@@ -241,6 +254,7 @@ def one_head(base, generator):
         if weights.numel() != want.numel() or not close(weights.reshape(want.shape), want, dtype):
             return "with one head, `weights` are not what your `attention` gives on the projections"
         return None
+
     return Part((single, plain), judge, base=base)
 
 
@@ -260,6 +274,7 @@ def split_merge(base, generator):
         if not close(merged, x, dtype):
             return "merge_heads(split_heads(x, n_heads)) did not give back x: the two must be each other's inverse"
         return None
+
     return Part((base.call,), judge, then=then, base=base, later=("merge_heads",))
 
 
@@ -274,6 +289,7 @@ def constant(base, generator):
         if not close(got, same, dtype):
             return "the average of tokens that are all the same is not that token"
         return None
+
     return Part((replaced(base.call, {0: same}),), judge, base=base)
 
 
@@ -290,9 +306,12 @@ def moments(base, generator):
             return f"a row of the output has mean {float(mean.flatten()[(mean.abs() > MOMENT_TOLERANCE).flatten()][0]):.4g}, not 0"
         off = (var - want).abs() > MOMENT_TOLERANCE
         if bool(off.any()):
-            return (f"a row of the output has variance {float(var.flatten()[off.flatten()][0]):.4g}, not 1 (the "
-                    f"biased variance, divided by n, not n - 1)")
+            return (
+                f"a row of the output has variance {float(var.flatten()[off.flatten()][0]):.4g}, not 1 (the "
+                f"biased variance, divided by n, not n - 1)"
+            )
         return None
+
     return Part((base.call,), judge, base=base)
 
 
@@ -307,8 +326,9 @@ class Kind:
 
 KINDS = {
     "rows_sum_to_one": Kind("each row of the weights sums to 1, with no negative weight", sums_to_one),
-    "causal": Kind("a position's output does not change when later tokens change (nothing leaks from the future)",
-                   causal),
+    "causal": Kind(
+        "a position's output does not change when later tokens change (nothing leaks from the future)", causal
+    ),
     "permutation": Kind("permuting the tokens (no mask) permutes the output the same way", permutation),
     "permutation_rows": Kind("permuting the tokens permutes the output the same way", rows_only),
     "shift": Kind("adding the same number to every score of a row changes nothing (softmax ignores it)", shift, True),

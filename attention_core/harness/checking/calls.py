@@ -38,17 +38,21 @@ def graded_arguments(check, case, scope, functions, device, dtype):
     name, args, kwargs = expression.call_arguments(scope, functions=functions, device=device, dtype=dtype)
     init = expression.init_arguments(scope, functions=functions, device=device, dtype=dtype)
     if init is not None and check.state is not None:  # recorded (a students' kit): no reference draws it
-        state = {k: v.to(dtype=dtype if v.is_floating_point() else v.dtype, device=device) for k, v in check.state.items()}
+        state = {
+            k: v.to(dtype=dtype if v.is_floating_point() else v.dtype, device=device) for k, v in check.state.items()
+        }
         args = [instances.instance_record(*init, state, check.mode, dtype), *args]
     elif init is not None:
         cls = functions[name].cls
         state = getattr(scope, "rng_state", None)
         if state is None:
             raise ValueError(f"`{name}(...)` makes an instance from the case's seeded stream: give the case a 'seed'")
-        made, after = instances.reference_instance(cls, *init, rng_state=state, dtype=dtype, device=device,
-                                                   mode=check.mode)
-        record = instances.instance_record(*init, made.state_dict(), check.mode, dtype, instances.buffer_names(made),
-                                           rng=after)
+        made, after = instances.reference_instance(
+            cls, *init, rng_state=state, dtype=dtype, device=device, mode=check.mode
+        )
+        record = instances.instance_record(
+            *init, made.state_dict(), check.mode, dtype, instances.buffer_names(made), rng=after
+        )
         args = [record, *args]
     return name, args, kwargs
 
@@ -93,8 +97,9 @@ def call(check, expression, scope, functions, device, case, arguments=None, refe
                 call = check.updated({"call": expression}) if expression is not check.expr else check
                 arguments = graded_arguments(call, case, scope, reference, device, dtype)
             except Exception as err:
-                raise Stop(Status.CASE_ERROR, f"the arguments of `{expression.source}` could not be evaluated: "
-                                               f"{describe(err)}") from None
+                raise Stop(
+                    Status.CASE_ERROR, f"the arguments of `{expression.source}` could not be evaluated: {describe(err)}"
+                ) from None
         name, args, kwargs = arguments
         if not getattr(functions, "isolated", False):  # an in-process call may write into its inputs
             args, kwargs = [copied(a) for a in args], {k: copied(v) for k, v in kwargs.items()}
@@ -108,15 +113,24 @@ def call(check, expression, scope, functions, device, case, arguments=None, refe
     if len(check.returns) == 1:
         return {check.returns[0]: result}
     if not isinstance(result, (tuple, list)) or len(result) != len(check.returns):
-        got = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else type(result).__name__
+        got = (
+            f"a {type(result).__name__} of {len(result)}"
+            if isinstance(result, (tuple, list))
+            else type(result).__name__
+        )
         given = list(result) if isinstance(result, (tuple, list)) else [result]
         partial = {}
         if 0 < len(given) < len(check.returns) and all(isinstance(v, torch.Tensor) for v in given):
             partial = dict(zip(check.returns, given))  # the first results came back: each is judged on its own
         missing = [n for n in check.returns if n not in partial] if partial else []
         what = f"; missing: {', '.join(missing)}" if missing else ""
-        raise WrongResult("type", f"`{expression.source}` must return {len(check.returns)} values "
-                                   f"({', '.join(check.returns)}), got {got}{what}", partial, missing)
+        raise WrongResult(
+            "type",
+            f"`{expression.source}` must return {len(check.returns)} values "
+            f"({', '.join(check.returns)}), got {got}{what}",
+            partial,
+            missing,
+        )
     return dict(zip(check.returns, result))
 
 
@@ -131,10 +145,15 @@ def call_implementation(functions, name, args, kwargs):
     except CallFailed as failed:  # an out-of-process call: its status and the lines of its traceback
         raise Stop(failed.status, failed.message, failed.details) from None
     except NotImplementedError as err:
-        raise Stop(Status.NOT_IMPLEMENTED, f"`{name}` raised NotImplementedError" + (f": {err}" if str(err) else ""),
-                    own_frames(err)) from None
+        raise Stop(
+            Status.NOT_IMPLEMENTED,
+            f"`{name}` raised NotImplementedError" + (f": {err}" if str(err) else ""),
+            own_frames(err),
+        ) from None
     except Exception as err:
-        raise Stop(Status.IMPLEMENTATION_ERROR, f"`{name}` raised {type(err).__name__}: {err}", own_frames(err)) from None
+        raise Stop(
+            Status.IMPLEMENTATION_ERROR, f"`{name}` raised {type(err).__name__}: {err}", own_frames(err)
+        ) from None
 
 
 HARNESS = Path(__file__).resolve().parent.parent  # attention_core/harness: its frames are the harness's own
@@ -142,7 +161,9 @@ HARNESS = Path(__file__).resolve().parent.parent  # attention_core/harness: its 
 
 def own_frames(err):
     """The traceback lines inside the implementation (the harness's own frames left out)."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if not Path(f.filename).resolve().is_relative_to(HARNESS)]
+    frames = [
+        f for f in traceback.extract_tb(err.__traceback__) if not Path(f.filename).resolve().is_relative_to(HARNESS)
+    ]
     return "".join(traceback.format_list(frames)) if frames else ""
 
 
@@ -152,12 +173,18 @@ def check_dtypes(result, returns, args, kwargs):
     values = result if isinstance(result, (tuple, list)) and len(returns) > 1 else (result,)
     for name, value in zip(returns, values):
         if isinstance(value, torch.Tensor) and value.is_complex() and given:
-            raise WrongResult("dtype", f"{name}: dtype does not match: {value.dtype} is complex; a graded function "
-                                        f"returns real values in the dtype of its floating inputs")
+            raise WrongResult(
+                "dtype",
+                f"{name}: dtype does not match: {value.dtype} is complex; a graded function "
+                f"returns real values in the dtype of its floating inputs",
+            )
         if isinstance(value, torch.Tensor) and value.is_floating_point() and given and value.dtype not in given:
-            raise WrongResult("dtype", f"{name}: dtype does not match: {value.dtype} != "
-                                        f"{' or '.join(map(str, sorted(given, key=str)))} "
-                                        f"(a spec function returns the dtype of its floating inputs)")
+            raise WrongResult(
+                "dtype",
+                f"{name}: dtype does not match: {value.dtype} != "
+                f"{' or '.join(map(str, sorted(given, key=str)))} "
+                f"(a spec function returns the dtype of its floating inputs)",
+            )
 
 
 def targets(check, scope, outputs, device, dtype, failures=None, graded=None):
@@ -181,18 +208,30 @@ def targets(check, scope, outputs, device, dtype, failures=None, graded=None):
             if failures is None:
                 raise
             if not isinstance(check, CallCheck):  # no implementation involved: the case file is wrong
-                raise Stop(Status.CASE_ERROR, f"line {expectation.line}: the target `{expectation.target}` "
-                                               f"could not be evaluated: {err}") from None
-            failures.append(Failure(expectation.target, expectation.line, compare.Mismatch(
-                "type", f"could not be evaluated on the result: {err}{returned(check, expectation, outputs, graded)}")))
+                raise Stop(
+                    Status.CASE_ERROR,
+                    f"line {expectation.line}: the target `{expectation.target}` could not be evaluated: {err}",
+                ) from None
+            failures.append(
+                Failure(
+                    expectation.target,
+                    expectation.line,
+                    compare.Mismatch(
+                        "type",
+                        f"could not be evaluated on the result: {err}{returned(check, expectation, outputs, graded)}",
+                    ),
+                )
+            )
     return values
 
 
 def returned(check, expectation, outputs, graded):
     """What the results an expression read are, beside what the spec says its function returns."""
-    seen = [f"`{name}` is {str(outputs[name].dtype).removeprefix('torch.')} of shape {list(outputs[name].shape)}"
-            for name in sorted(expectation.expr.names, key=lambda n: (expectation.expr.source.find(n), n))
-            if isinstance(outputs.get(name), torch.Tensor)]
+    seen = [
+        f"`{name}` is {str(outputs[name].dtype).removeprefix('torch.')} of shape {list(outputs[name].shape)}"
+        for name in sorted(expectation.expr.names, key=lambda n: (expectation.expr.source.find(n), n))
+        if isinstance(outputs.get(name), torch.Tensor)
+    ]
     if not seen:
         return ""
     said = graded[check.function].summary if graded and check.function in graded else None
@@ -209,15 +248,18 @@ def oracles(item):
         try:  # `self` is the instance the check makes, its parameters and buffers in float64
             _, args, _ = graded_arguments(item.check, item.case, scope, reference_of(item), "cpu", torch.float64)
         except Exception as err:
-            raise Stop(Status.CASE_ERROR, f"the instance of `{item.check.expr.source}` could not be made: "
-                                           f"{describe(err)}") from None
+            raise Stop(
+                Status.CASE_ERROR, f"the instance of `{item.check.expr.source}` could not be made: {describe(err)}"
+            ) from None
         scope = {**scope, "self": instances.state_record(args[0][instances.INSTANCE]["state"])}
     values = {}
     for e in wanted:
         try:
             value = e.oracle.evaluate(scope, device="cpu", dtype=torch.float64)
         except Exception as err:
-            raise Stop(Status.CASE_ERROR, f"line {e.line}: the oracle `{e.oracle.source}` could not be evaluated: "
-                                           f"{describe(err)}") from None
+            raise Stop(
+                Status.CASE_ERROR,
+                f"line {e.line}: the oracle `{e.oracle.source}` could not be evaluated: {describe(err)}",
+            ) from None
         values[e.target] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float64)
     return values

@@ -85,16 +85,18 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
         expected = expected.expand(actual.shape)
     problem = _check_structure(actual, expected.ndim, tuple(expected.shape), device)
     if problem is None and (expected.dtype == torch.bool) != (actual.dtype == torch.bool):
-        problem = Mismatch("dtype", f"dtype does not match: {actual.dtype} against "
-                                    f"{'bool' if expected.dtype == torch.bool else 'numeric'} expected values")
+        problem = Mismatch(
+            "dtype",
+            f"dtype does not match: {actual.dtype} against "
+            f"{'bool' if expected.dtype == torch.bool else 'numeric'} expected values",
+        )
     if problem is not None:
         return problem
     expected, allowed, finite, bounds = _prepared(expected, actual.dtype, rtol, atol, kept)
     if bounds is not None and actual.device.type == "cpu" and _within(actual.detach().reshape(-1), *bounds):
         return None  # every element inside bounds that the float64 comparison below accepts
     shape = tuple(actual.shape)
-    return compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed, shape,
-                          finite=finite)
+    return compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed, shape, finite=finite)
 
 
 _PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(dtype, rtol, atol, version): prepared}
@@ -105,9 +107,11 @@ def _prepared(expected, dtype, rtol, atol, kept=True):
     """(expected as float64 (N,), its allowance, whether it is all finite, bounds in ``dtype`` or None);
     kept while a large ``expected`` lives (grading compares every submission against the same one).
     Bounds are made at a large tensor's second comparison: they repay their cost over several."""
+
     def make():
         flat = expected.to(torch.float64).reshape(-1)
         return [flat, tolerance.full_allowance(flat, dtype, rtol, atol), bool(torch.isfinite(flat).all()), None]
+
     if expected.numel() < LARGE or not kept:
         return make()
     key = (dtype, rtol, atol, expected._version)
@@ -135,6 +139,7 @@ def _bounds(expected, allowed, dtype):
     float64 rule refuses it: ``x - expected`` is monotone in ``x`` even when rounded, so the rule
     then holds for every value between the bounds.
     """
+
     def accepted(bound):
         return (bound.to(torch.float64) - expected).abs() <= allowed
 
@@ -172,7 +177,7 @@ def every(test, *tensors):
         return bool(test(*tensors).all())
     split = [isinstance(t, torch.Tensor) and t.ndim > 0 for t in tensors]
     for start in range(0, n, BLOCK):
-        if not bool(test(*(t[start:start + BLOCK] if cut else t for t, cut in zip(tensors, split))).all()):
+        if not bool(test(*(t[start : start + BLOCK] if cut else t for t, cut in zip(tensors, split))).all()):
             return False
     return True
 
@@ -196,8 +201,11 @@ def _check_shown_positions(actual, index):
         needed = int(column.clamp(min=0).max()) + 1 if (column >= 0).any() else 0
         needed += int((-column.clamp(max=0)).max()) if (column < 0).any() else 0
         if needed > size:
-            return Mismatch("shape", f"shape {tuple(actual.shape)} is too small for the printed tensor: "
-                                     f"dimension {dim} shows {needed} positions")
+            return Mismatch(
+                "shape",
+                f"shape {tuple(actual.shape)} is too small for the printed tensor: "
+                f"dimension {dim} shows {needed} positions",
+            )
     return None
 
 
@@ -263,9 +271,16 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     ratio = torch.div(diff, divisor).masked_fill_(~bad, 0.0)  # |diff| / allowed where bad, else 0
     worst = int(ratio.argmax())
     worst_index = tuple(int(i) for i in index[worst])
-    return Mismatch("values", lambda: _values_report(actual, expected, diff, allowed, bad, ratio, index, finite),
-                    index=worst_index, ratio=float(ratio[worst]), actual=actual, expected=expected,
-                    allowed=allowed, positions=positions)
+    return Mismatch(
+        "values",
+        lambda: _values_report(actual, expected, diff, allowed, bad, ratio, index, finite),
+        index=worst_index,
+        ratio=float(ratio[worst]),
+        actual=actual,
+        expected=expected,
+        allowed=allowed,
+        positions=positions,
+    )
 
 
 def _values_report(actual, expected, diff, allowed, bad, ratio, index, finite=False):
@@ -279,9 +294,12 @@ def _values_report(actual, expected, diff, allowed, bad, ratio, index, finite=Fa
         nonzero &= torch.isfinite(expected)
     rel = torch.div(diff, expected.abs().clamp_(min=1e-300)).masked_fill_(~nonzero, -1.0)
     rel_at = int(rel.argmax())
-    relative = (f"Greatest relative difference: {_num(rel[rel_at])} at index {_idx(index[rel_at])}"
-                f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)" if rel[rel_at] >= 0 else
-                "Greatest relative difference: none (every mismatched element expects 0 or a non-finite value)")
+    relative = (
+        f"Greatest relative difference: {_num(rel[rel_at])} at index {_idx(index[rel_at])}"
+        f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)"
+        if rel[rel_at] >= 0
+        else "Greatest relative difference: none (every mismatched element expects 0 or a non-finite value)"
+    )
     lines = [
         "Values are not close!",
         f"Mismatched elements: {n_bad} / {n} ({100.0 * n_bad / n:.1f}%)",
@@ -293,8 +311,9 @@ def _values_report(actual, expected, diff, allowed, bad, ratio, index, finite=Fa
     ]
     for i in _worst(ratio, min(n_bad, MAX_TABLE_ROWS)).tolist():
         shown_expected, shown_actual = _num_pair(expected[i], actual[i])
-        lines.append(f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}"
-                     f"{_num(diff[i]):>12}{_num(allowed[i]):>12}")
+        lines.append(
+            f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}{_num(diff[i]):>12}{_num(allowed[i]):>12}"
+        )
     if n_bad > MAX_TABLE_ROWS:
         lines.append(f"  ... and {n_bad - MAX_TABLE_ROWS} more")
     return "\n".join(lines)
@@ -334,8 +353,10 @@ def _num(x, digits=6):
 def _num_pair(expected, actual):
     """Both numbers, with as many digits as it takes to tell them apart (2360064 against 2360065)."""
     for digits in range(6, 18):
-        pair = tuple(str(int(x)) if digits > 6 and float(x).is_integer() and abs(x) < 1e16 else _num(x, digits)
-                     for x in (expected, actual))
+        pair = tuple(
+            str(int(x)) if digits > 6 and float(x).is_integer() and abs(x) < 1e16 else _num(x, digits)
+            for x in (expected, actual)
+        )
         if pair[0] != pair[1] or float(expected) == float(actual):
             return pair
     return repr(float(expected)), repr(float(actual))

@@ -11,7 +11,14 @@ import torch
 from attention_core.harness.languages import draws
 from attention_core.harness.languages.expr import Budget
 from attention_core.harness.reading.fields import MAX_CASE_ELEMENTS
-from attention_core.harness.reading.model import DrawInput, ExprInput, LiteralInput, NumberInput, PrintedInput, TokenIdsInput
+from attention_core.harness.reading.model import (
+    DrawInput,
+    ExprInput,
+    LiteralInput,
+    NumberInput,
+    PrintedInput,
+    TokenIdsInput,
+)
 
 
 class InputError(ValueError):
@@ -51,8 +58,10 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
             raise InputError(f"input {name!r} (line {item.line}): {err}", item.line) from err
         total += _elements(value)
         if total > MAX_CASE_ELEMENTS:
-            raise BudgetError(f"input {name!r} (line {item.line}) takes the case's inputs to {total} elements; "
-                              f"the budget is {MAX_CASE_ELEMENTS} for all of a case's inputs together")
+            raise BudgetError(
+                f"input {name!r} (line {item.line}) takes the case's inputs to {total} elements; "
+                f"the budget is {MAX_CASE_ELEMENTS} for all of a case's inputs together"
+            )
         scope[name] = _place(value, device, dtype, keep=getattr(item, "dtype", None) is not None)
     scope.rng_state = generator.get_state() if generator is not None else None
     return scope

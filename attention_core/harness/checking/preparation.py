@@ -24,9 +24,12 @@ class Preparation:
 
     def arguments(self, item, device):
         """A graded call's (function name, args, kwargs)."""
+
         def make():
-            return graded_arguments(item.check, item.case, self.scope(item, device), reference_of(item), device,
-                                    item.case.dtype)
+            return graded_arguments(
+                item.check, item.case, self.scope(item, device), reference_of(item), device, item.case.dtype
+            )
+
         return self._once(("arguments", item, device), make)
 
     def oracles(self, item):
@@ -35,15 +38,17 @@ class Preparation:
     def refused(self, item, device):
         """Why the reference core raises on the graded call of ``item`` (see :func:`reference_refuses`); None
         where it runs. Asked once per check: of every implementation that raises there, and by the grader."""
-        return self._once(("refused", item, device),
-                          lambda: reference_refuses(item.check.expr.source, self.arguments(item, device),
-                                                    reference_of(item)))
+        return self._once(
+            ("refused", item, device),
+            lambda: reference_refuses(item.check.expr.source, self.arguments(item, device), reference_of(item)),
+        )
 
     def oversized(self, item, device):
         """Why the graded call of ``item`` would return a result too large to check (see
         :func:`too_large`); None where its results fit or it cannot be told. Asked once per check."""
-        return self._once(("oversized", item, device),
-                          lambda: too_large(item.check.expr.source, self.arguments(item, device)))
+        return self._once(
+            ("oversized", item, device), lambda: too_large(item.check.expr.source, self.arguments(item, device))
+        )
 
     def _once(self, key, make):
         if key not in self._made:

@@ -29,8 +29,10 @@ def reference_refuses(source, arguments, functions=None):
             warnings.simplefilter("ignore")
             function(*[copied(a) for a in args], **{k: copied(v) for k, v in kwargs.items()})
     except Exception as err:  # noqa: BLE001
-        return (f"`{source}`: the reference core cannot run `{name}` on these arguments either "
-                f"({type(err).__name__}: {shorten(str(err), 200)}): a mistake of the case")
+        return (
+            f"`{source}`: the reference core cannot run `{name}` on these arguments either "
+            f"({type(err).__name__}: {shorten(str(err), 200)}): a mistake of the case"
+        )
     return None
 
 
@@ -69,8 +71,10 @@ def results_too_large(source, results):
     than :data:`MAX_ELEMENTS` elements; None where every one fits."""
     for result in results if isinstance(results, (tuple, list)) else (results,):
         if isinstance(result, torch.Tensor) and result.numel() > MAX_ELEMENTS:
-            return (f"`{source}` would return a result of {result.numel()} elements (shape {list(result.shape)}); "
-                    f"a check's result may hold at most {MAX_ELEMENTS}: a mistake of the case (smaller inputs)")
+            return (
+                f"`{source}` would return a result of {result.numel()} elements (shape {list(result.shape)}); "
+                f"a check's result may hold at most {MAX_ELEMENTS}: a mistake of the case (smaller inputs)"
+            )
     return None
 
 
@@ -102,8 +106,9 @@ def _broadcast_elements(*shapes):
     """The elements of the shapes broadcast together (the largest size of each axis, counted from
     the right; torch.broadcast_shapes imports symbolic shapes on first use)."""
     longest = max((len(s) for s in shapes), default=0)
-    return math.prod(max((s[len(s) - longest + i] for s in shapes if len(s) - longest + i >= 0), default=1)
-                     for i in range(longest))
+    return math.prod(
+        max((s[len(s) - longest + i] for s in shapes if len(s) - longest + i >= 0), default=1) for i in range(longest)
+    )
 
 
 def _meta(value):

@@ -22,7 +22,6 @@ import torch
 
 from attention_core.harness.text import escape_lines
 
-
 MAX_FAILURES = 10  # expectations a report shows in full
 
 
@@ -67,8 +66,10 @@ class Failure:
         if m.stage != "values" or self.shape is None:
             return None
         if m.positions is None:  # every element was compared, in row-major order
-            return (*(v.reshape(self.shape) for v in (m.expected, m.actual, m.allowed)),
-                    torch.ones(self.shape, dtype=torch.bool))
+            return (
+                *(v.reshape(self.shape) for v in (m.expected, m.actual, m.allowed)),
+                torch.ones(self.shape, dtype=torch.bool),
+            )
         index = tuple(m.positions.T) if len(self.shape) else ()
         tensors = []
         for values in (m.expected, m.actual, m.allowed):

@@ -23,9 +23,15 @@ from attention_core.harness.checking.results import Failure, Result, Status
 from attention_core.harness.languages.expr import ExprError
 from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.items import CheckItem, LoadError, collect, locations_relative_to  # noqa: F401 (its front ends' way in)
-from attention_core.harness.reading.model import (CallCheck, DrawInput, OracleExpectation, PrintedExpectation,
-                                                  ShapeExpectation, ValuesExpectation, waiting)
-
+from attention_core.harness.reading.model import (
+    CallCheck,
+    DrawInput,
+    OracleExpectation,
+    PrintedExpectation,
+    ShapeExpectation,
+    ValuesExpectation,
+    waiting,
+)
 
 default_cases_folder = assignments.default_cases_folder
 
@@ -63,9 +69,15 @@ def _guarded(item, functions, device, preparation, judge):
         return _timed(item, functions, device, preparation, judge)
     path = str(item.file.path)  # the reference's: the case file's own cost
     if _SPENT.get(path, 0.0) > FILE_SECONDS:
-        return Result(Status.CASE_ERROR, item.id, item.location, message=(
-            f"not run: the case file ran out of its time budget of {FILE_SECONDS:g} s (its checks together; "
-            f"ATTENTION_CORE_FILE_SECONDS sets it)"))
+        return Result(
+            Status.CASE_ERROR,
+            item.id,
+            item.location,
+            message=(
+                f"not run: the case file ran out of its time budget of {FILE_SECONDS:g} s (its checks together; "
+                f"ATTENTION_CORE_FILE_SECONDS sets it)"
+            ),
+        )
     start = time.process_time()  # CPU time: a busy machine refuses no case file
     try:
         return _timed(item, functions, device, preparation, judge)
@@ -76,8 +88,12 @@ def _guarded(item, functions, device, preparation, judge):
 def _timed(item, functions, device, preparation, judge):
     left = waiting(item.check)
     if left:  # a draft: never run, never passed
-        return Result(Status.PENDING, item.id, item.location, message="; ".join(m if n == item.check.line else f"{m} (line {n})"
-                                                                  for n, m in left))
+        return Result(
+            Status.PENDING,
+            item.id,
+            item.location,
+            message="; ".join(m if n == item.check.line else f"{m} (line {n})" for n, m in left),
+        )
     reference = reference_of(item)
     functions = reference if functions is None else functions
     case, check = item.case, item.check
@@ -87,8 +103,14 @@ def _timed(item, functions, device, preparation, judge):
     except calls.Stop as stop:
         return Result(stop.status, item.id, item.location, header, message=stop.message, details=stop.details)
     except Exception as err:  # a bug of the harness: never disguised as a failed check
-        return Result(Status.HARNESS_ERROR, item.id, item.location, header, message=f"{type(err).__name__}: {err}",
-                      details="".join(traceback.format_exception(err)))
+        return Result(
+            Status.HARNESS_ERROR,
+            item.id,
+            item.location,
+            header,
+            message=f"{type(err).__name__}: {err}",
+            details="".join(traceback.format_exception(err)),
+        )
 
 
 def _run(item, functions, device, header, preparation, judge, reference):
@@ -108,13 +130,23 @@ def _run(item, functions, device, header, preparation, judge, reference):
         try:
             outputs = _graded_call(check, case, scope, functions, device, failures, arguments, reference)
         except calls.Stop as stop:
-            refused = preparation.refused(item, device) if stop.status is Status.IMPLEMENTATION_ERROR and \
-                arguments is not None else None
+            refused = (
+                preparation.refused(item, device)
+                if stop.status is Status.IMPLEMENTATION_ERROR and arguments is not None
+                else None
+            )
             if refused:  # the case's own mistake: no implementation is charged with it
                 raise calls.Stop(Status.CASE_ERROR, refused) from None
             raise
-        values = calls.targets(check, scope, outputs, device, case.dtype, failures,
-                          graded=(item.file.assignment or assignments.default()).graded)
+        values = calls.targets(
+            check,
+            scope,
+            outputs,
+            device,
+            case.dtype,
+            failures,
+            graded=(item.file.assignment or assignments.default()).graded,
+        )
         if not judge and not failures:  # a results' structure or dtype already failed: the Result says so
             return values
     failures += _failures(item, values, device, preparation.oracles(item))
@@ -135,16 +167,20 @@ def _seed_hint(case, scope):
     if case.seed is None or not isinstance(value, torch.Tensor) or not value.numel():
         return ""
     shown = ", ".join(f"{v:.4f}" for v in value.reshape(-1)[:3].tolist())
-    return (f"the case draws from seed {case.seed}: its first draw, {first}, begins [{shown}, ...]; if the "
-            f"document printed other numbers there, its seed or its order of draws differs from the case's")
+    return (
+        f"the case draws from seed {case.seed}: its first draw, {first}, begins [{shown}, ...]; if the "
+        f"document printed other numbers there, its seed or its order of draws differs from the case's"
+    )
 
 
 def _prepared_arguments(item, device, preparation):
     try:
         return preparation.arguments(item, device)
     except Exception as err:
-        raise calls.Stop(Status.CASE_ERROR, f"the arguments of `{item.check.expr.source}` could not be evaluated: "
-                                       f"{calls.describe(err)}") from None
+        raise calls.Stop(
+            Status.CASE_ERROR,
+            f"the arguments of `{item.check.expr.source}` could not be evaluated: {calls.describe(err)}",
+        ) from None
 
 
 def _graded_call(check, case, scope, functions, device, failures, arguments, reference):
@@ -154,8 +190,9 @@ def _graded_call(check, case, scope, functions, device, failures, arguments, ref
     except calls.WrongResult as wrong:
         if not isinstance(check, CallCheck):  # the document's own arithmetic: the case file is wrong
             raise calls.Stop(Status.CASE_ERROR, str(wrong)) from None
-        failures.append(Failure(", ".join(wrong.missing or check.returns), check.line,
-                                compare.Mismatch(wrong.stage, str(wrong))))
+        failures.append(
+            Failure(", ".join(wrong.missing or check.returns), check.line, compare.Mismatch(wrong.stage, str(wrong)))
+        )
         return wrong.partial
     return result
 
@@ -169,8 +206,9 @@ def _failures(item, values, device, oracles=None):
         if target not in values:
             continue
         actual = values[target]
-        mismatch = _compare(expectation, actual, device, noise.get(target), spread.get(target),
-                            oracles.get(target), item.case.dtype)
+        mismatch = _compare(
+            expectation, actual, device, noise.get(target), spread.get(target), oracles.get(target), item.case.dtype
+        )
         if mismatch is not None:
             shape = tuple(actual.shape) if isinstance(actual, torch.Tensor) else None
             failures.append(Failure(target, expectation.line, mismatch, shape))
@@ -183,11 +221,17 @@ def _compare(expectation, actual, device, noise=None, spread=None, oracle=None, 
     if isinstance(expectation, OracleExpectation):
         return compare.compare_full(actual, oracle, rtol=expectation.rtol, atol=expectation.atol, device=device)
     if isinstance(expectation, ValuesExpectation):
-        return compare.compare_full(actual, expectation.values, rtol=expectation.rtol, atol=expectation.atol,
-                                    device=device)
+        return compare.compare_full(
+            actual, expectation.values, rtol=expectation.rtol, atol=expectation.atol, device=device
+        )
     printed = expectation.printed
-    extra = tolerance.printed_extra(printed, rtol=expectation.rtol, atol=expectation.atol, spread=spread,
-                                    shape=actual.shape if isinstance(actual, torch.Tensor) else None)
+    extra = tolerance.printed_extra(
+        printed,
+        rtol=expectation.rtol,
+        atol=expectation.atol,
+        spread=spread,
+        shape=actual.shape if isinstance(actual, torch.Tensor) else None,
+    )
     if not (isinstance(actual, torch.Tensor) and actual.dtype == dtype):
         noise = None  # measured in the case's dtype: another dtype falls back to the general floor
     return compare.compare_printed(actual, printed, extra=extra, noise=noise, device=device)
@@ -230,11 +274,23 @@ def _stale_erratum(item, scope, device, reference):
         values = calls.targets(item.check, scope, outputs, device, item.case.dtype)
     except (calls.Stop, calls.WrongResult, ExprError) as err:
         message = err.message if isinstance(err, calls.Stop) else str(err)
-        return Failure("erratum", line, compare.Mismatch(
-            "erratum", f"the correct computation `{differs.source}` could not be evaluated: {message} "
-                       f"('differs' must compute the check's results, {', '.join(item.check.returns)}, the correct way)"))
+        return Failure(
+            "erratum",
+            line,
+            compare.Mismatch(
+                "erratum",
+                f"the correct computation `{differs.source}` could not be evaluated: {message} "
+                f"('differs' must compute the check's results, {', '.join(item.check.returns)}, the correct way)",
+            ),
+        )
     if _failures(item, values, device):
         return None
-    return Failure("erratum", line, compare.Mismatch(
-        "erratum", f"erratum is stale: the correct computation `{differs.source}` reproduces the printed values "
-                   f"too, so the erratum note no longer explains anything"))
+    return Failure(
+        "erratum",
+        line,
+        compare.Mismatch(
+            "erratum",
+            f"erratum is stale: the correct computation `{differs.source}` reproduces the printed values "
+            f"too, so the erratum note no longer explains anything",
+        ),
+    )

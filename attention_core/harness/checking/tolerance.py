@@ -192,8 +192,11 @@ class Numerics:
         base = targets(torch.float64, None)
         own = targets(dtype, None)
         # Only where the float64 run really computed in float64 (an expression may cast with .float()).
-        noise = {name: max_change(own[name], value) for name, value in base.items()
-                 if _comparable(own.get(name), value) and value.dtype == torch.float64}
+        noise = {
+            name: max_change(own[name], value)
+            for name, value in base.items()
+            if _comparable(own.get(name), value) and value.dtype == torch.float64
+        }
         spread = {}
         if rounded_inputs:
             generator = torch.Generator().manual_seed(0)
@@ -206,8 +209,13 @@ class Numerics:
 
 
 def _comparable(a, b):
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.is_floating_point()
-            and b.is_floating_point() and a.shape == b.shape)
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.is_floating_point()
+        and b.is_floating_point()
+        and a.shape == b.shape
+    )
 
 
 NUMERICS = Numerics()

@@ -86,8 +86,11 @@ def check_spec(kind, args, *, limit=MAX_ELEMENTS):
     unknown = set(args) - set(names)
     missing = set(names) - set(args)
     if unknown or missing:
-        raise ValueError(f"{kind} takes {', '.join(names)}" + (f"; unknown: {_short(', '.join(sorted(map(str, unknown))))}" if unknown else "")
-                         + (f"; missing: {', '.join(sorted(missing))}" if missing else ""))
+        raise ValueError(
+            f"{kind} takes {', '.join(names)}"
+            + (f"; unknown: {_short(', '.join(sorted(map(str, unknown))))}" if unknown else "")
+            + (f"; missing: {', '.join(sorted(missing))}" if missing else "")
+        )
     for name in names:
         value = args[name]
         if name == "size":
@@ -114,8 +117,9 @@ def _dropout(args, limit):
         raise ValueError(f"dropout takes a mapping {{p: 0.5, shape: [6, 6]}} (p and shape), got {got}")
     p = args["p"]
     if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
-        raise ValueError(f"dropout: p must be a number from 0 to below 1 (the chance an element is dropped), "
-                         f"got {_short(p)}")
+        raise ValueError(
+            f"dropout: p must be a number from 0 to below 1 (the chance an element is dropped), got {_short(p)}"
+        )
     return {"p": float(p), "size": _size(args["shape"], "dropout", limit)}
 
 

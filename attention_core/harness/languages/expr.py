@@ -31,14 +31,31 @@ import ast
 import operator
 import types
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, NoReturn
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 import torch
 
 from attention_core.harness.languages.expr_builtins import (
-    BUILTINS, CONSTANTS, CREATION, MAX_MULTIPLY_ADDS, RESULT_FIELDS, SIZE_BOUNDS, TENSOR_METHODS, TENSOR_PROPERTIES,
-    Budget, Refused, check_to, created_elements, index_bound, matmul, multiply_adds, power, quick_bound, size_on_meta)
+    BUILTINS,
+    CONSTANTS,
+    CREATION,
+    MAX_MULTIPLY_ADDS,
+    RESULT_FIELDS,
+    SIZE_BOUNDS,
+    TENSOR_METHODS,
+    TENSOR_PROPERTIES,
+    Budget,
+    Refused,
+    check_to,
+    created_elements,
+    index_bound,
+    matmul,
+    multiply_adds,
+    power,
+    quick_bound,
+    size_on_meta,
+)
 from attention_core.harness.languages.expr_tree import attr_column, called_name, makes_instance, node_column, segment  # noqa: F401
 from attention_core.harness.languages.expr_tree import column as source_column
 from attention_core.harness.text import read_float
@@ -99,19 +116,33 @@ def _run(ctx: _Context, node: ast.AST, fn: Callable, args, kwargs=None, bound: C
 # --------------------------------------------------------------------------- validation
 
 _BINOPS: dict[type, Callable] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: power, ast.MatMult: matmul,
-    ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: power,
+    ast.MatMult: matmul,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
 }
 _UNARYOPS: dict[type, Callable] = {
-    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+    ast.Not: operator.not_,
 }
 _COMPAREOPS: dict[type, Callable] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-    ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
 }
-_OP_SYMBOLS = {ast.LShift: "<<", ast.RShift: ">>", ast.Is: "is", ast.IsNot: "is not",
-               ast.In: "in", ast.NotIn: "not in"}
+_OP_SYMBOLS = {ast.LShift: "<<", ast.RShift: ">>", ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
 
 # Node types refused outright, with the reason given.
 _REFUSED: dict[type, str] = {
@@ -225,8 +256,9 @@ class _Validator:
 
     def check_attribute(self, node: ast.Attribute) -> None:
         if node.attr.startswith("_"):
-            self.refuse(f"attributes starting with '_' are not allowed: '{node.attr}'",
-                        column=attr_column(self.source, node))
+            self.refuse(
+                f"attributes starting with '_' are not allowed: '{node.attr}'", column=attr_column(self.source, node)
+            )
         if isinstance(node.value, _LITERAL_NODES):
             self.refuse("attributes and methods are only allowed on tensors and records", node)
 
@@ -244,8 +276,9 @@ def _parse_tree(source: str) -> ast.Expression:
         return ast.parse(source.lstrip(), mode="eval")
     except SyntaxError as exc:
         if exc.offset:
-            raise ExprError(f"syntax error: {exc.msg}", source_column(source, exc.lineno or 1, exc.offset - 1),
-                            source) from None
+            raise ExprError(
+                f"syntax error: {exc.msg}", source_column(source, exc.lineno or 1, exc.offset - 1), source
+            ) from None
         column = len(source.rstrip()) + 1
         raise ExprError(f"syntax error: {exc.msg} (the expression ends early)", column, source) from None
     except (RecursionError, MemoryError):
@@ -273,8 +306,7 @@ def parse(source: str, *, extra_functions: Collection[str] = (), any_function: b
     if not isinstance(source, str):
         raise ExprError(f"an expression must be a string, not {type(source).__name__}")
     if len(source) > MAX_SOURCE_CHARS:
-        raise ExprError(f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}",
-                        None, source)
+        raise ExprError(f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}", None, source)
     tree = _parse_tree(source)
     validator = _Validator(source, frozenset(BUILTINS) | frozenset(extra_functions), any_function)
     validator.top = tree.body if any_function else None
@@ -283,6 +315,7 @@ def parse(source: str, *, extra_functions: Collection[str] = (), any_function: b
 
 
 # --------------------------------------------------------------------------- evaluation
+
 
 class _Context:
     """What one evaluation needs: the scope, the functions, the device and dtype, the budget."""
@@ -396,8 +429,11 @@ def _call_method(node: ast.Call, func: ast.Attribute, ctx: _Context):
     receiver = _evaluate(func.value, ctx)
     name = func.attr
     if not isinstance(receiver, Tensor):
-        raise ctx.error(f"`{segment(ctx.source, node)}` failed: '{name}' is a tensor method, "
-                        f"and the value is a {type(receiver).__name__}", node)
+        raise ctx.error(
+            f"`{segment(ctx.source, node)}` failed: '{name}' is a tensor method, "
+            f"and the value is a {type(receiver).__name__}",
+            node,
+        )
     args, kwargs = _eval_arguments(node, ctx)
     args = [receiver, *args]
     if name == "to":
@@ -416,10 +452,12 @@ _EVALUATORS: dict[type, Callable] = {
     ast.List: lambda node, ctx: [_evaluate(element, ctx) for element in node.elts],
     ast.BinOp: _eval_binop,
     ast.UnaryOp: lambda node, ctx: _apply(node, ctx, _UNARYOPS[type(node.op)], (_evaluate(node.operand, ctx),)),
-    ast.Compare: lambda node, ctx: _apply(node, ctx, _COMPAREOPS[type(node.ops[0])],
-                                          (_evaluate(node.left, ctx), _evaluate(node.comparators[0], ctx))),
-    ast.Slice: lambda node, ctx: slice(*(part if part is None else _evaluate(part, ctx)
-                                         for part in (node.lower, node.upper, node.step))),
+    ast.Compare: lambda node, ctx: _apply(
+        node, ctx, _COMPAREOPS[type(node.ops[0])], (_evaluate(node.left, ctx), _evaluate(node.comparators[0], ctx))
+    ),
+    ast.Slice: lambda node, ctx: slice(
+        *(part if part is None else _evaluate(part, ctx) for part in (node.lower, node.upper, node.step))
+    ),
     ast.Subscript: _eval_subscript,
     ast.Attribute: _eval_attribute,
     ast.Call: _eval_call,
@@ -445,9 +483,15 @@ class Expr:
     names: frozenset[str] = frozenset()
     calls: frozenset[str] = frozenset()
 
-    def evaluate(self, scope: Mapping[str, object], *, functions: Mapping[str, Callable] | None = None,
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 budget: Budget | None = None) -> object:
+    def evaluate(
+        self,
+        scope: Mapping[str, object],
+        *,
+        functions: Mapping[str, Callable] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        budget: Budget | None = None,
+    ) -> object:
         """Evaluate with ``scope`` for names and ``functions`` for caller-supplied calls.
 
         Creation functions build on ``device``; their floating results are ``dtype``. The new
@@ -459,9 +503,15 @@ class Expr:
         ctx = _Context(self.source, scope, functions, device, dtype, budget)
         return _evaluate(self.tree.body, ctx)
 
-    def call_arguments(self, scope: Mapping[str, object], *, functions: Mapping[str, Callable] | None = None,
-                       device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                       budget: Budget | None = None) -> tuple[str, list, dict]:
+    def call_arguments(
+        self,
+        scope: Mapping[str, object],
+        *,
+        functions: Mapping[str, Callable] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        budget: Budget | None = None,
+    ) -> tuple[str, list, dict]:
         """For an expression that is one call of a named function, ``f(a, b, c=d)``: evaluate
         only its arguments, as :meth:`evaluate` would, and return ``(name, args, kwargs)``
         without calling it.
@@ -472,14 +522,23 @@ class Expr:
         node: Any = self.tree.body  # a Call, once called_name has said so
         name = called_name(self.tree)
         if name is None:
-            raise ExprError("the expression must be one call of a named function, e.g. `f(x, y)`",
-                            node_column(self.source, node), self.source)
+            raise ExprError(
+                "the expression must be one call of a named function, e.g. `f(x, y)`",
+                node_column(self.source, node),
+                self.source,
+            )
         args, kwargs = _eval_arguments(node, _Context(self.source, scope, functions, device, dtype, budget))
         return name, args, kwargs
 
-    def init_arguments(self, scope: Mapping[str, object], *, functions: Mapping[str, Callable] | None = None,
-                       device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                       budget: Budget | None = None) -> tuple[list, dict] | None:
+    def init_arguments(
+        self,
+        scope: Mapping[str, object],
+        *,
+        functions: Mapping[str, Callable] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        budget: Budget | None = None,
+    ) -> tuple[list, dict] | None:
         """For ``C(a, b)(x)``, a class made then called: the arguments that make it, ``(args, kwargs)``,
         evaluated as :meth:`call_arguments` does; None for a plain call ``f(x)``."""
         node = self.tree.body

@@ -29,11 +29,20 @@ MAX_INT_EXPONENT = 64
 MAX_INT_POWER_BITS = 4096
 
 
-CONSTANTS: Mapping[str, object] = types.MappingProxyType({
-    "inf": math.inf, "nan": math.nan, "pi": math.pi,
-    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-    "float64": torch.float64, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
-})
+CONSTANTS: Mapping[str, object] = types.MappingProxyType(
+    {
+        "inf": math.inf,
+        "nan": math.nan,
+        "pi": math.pi,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "float32": torch.float32,
+        "float64": torch.float64,
+        "int32": torch.int32,
+        "int64": torch.int64,
+        "bool": torch.bool,
+    }
+)
 
 TENSOR_PROPERTIES = frozenset({"T", "mT", "shape", "ndim", "dtype"})
 
@@ -225,15 +234,37 @@ def torch_layer_norm(x, eps=1e-5):
     return F.layer_norm(x, (x.shape[-1],), eps=eps)
 
 
-BUILTINS: Mapping[str, Callable] = types.MappingProxyType({
-    "tril": torch.tril, "triu": torch.triu,
-    "ones": ones, "zeros": zeros, "full": full, "eye": eye, "arange": arange, "tensor": tensor,
-    "masked_fill": torch.masked_fill, "bmm": torch.bmm, "matmul": matmul,
-    "exp": exp, "log": log, "sqrt": sqrt, "abs": abs_, "sin": sin, "cos": cos, "softmax": softmax,
-    "scaled_dot_product_attention": scaled_dot_product_attention, "torch_layer_norm": torch_layer_norm,
-    "stack": torch.stack, "cat": torch.cat, "where": where,
-    "maximum": maximum, "minimum": minimum, "float": float, "int": int,
-})
+BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
+    {
+        "tril": torch.tril,
+        "triu": torch.triu,
+        "ones": ones,
+        "zeros": zeros,
+        "full": full,
+        "eye": eye,
+        "arange": arange,
+        "tensor": tensor,
+        "masked_fill": torch.masked_fill,
+        "bmm": torch.bmm,
+        "matmul": matmul,
+        "exp": exp,
+        "log": log,
+        "sqrt": sqrt,
+        "abs": abs_,
+        "sin": sin,
+        "cos": cos,
+        "softmax": softmax,
+        "scaled_dot_product_attention": scaled_dot_product_attention,
+        "torch_layer_norm": torch_layer_norm,
+        "stack": torch.stack,
+        "cat": torch.cat,
+        "where": where,
+        "maximum": maximum,
+        "minimum": minimum,
+        "float": float,
+        "int": int,
+    }
+)
 
 # Builtins that receive the evaluation device and dtype.
 CREATION = frozenset({"ones", "zeros", "full", "eye", "arange", "tensor"})
@@ -273,18 +304,22 @@ class Budget:
     def reserve(self, count: int) -> None:
         """Refuse ``count`` more elements if they would take the spending past the limit."""
         if self.spent + count > self.limit:
-            raise Refused(f"would create {count} more elements, {self.spent + count} in all; "
-                          f"the budget is {self.limit}")
+            raise Refused(
+                f"would create {count} more elements, {self.spent + count} in all; the budget is {self.limit}"
+            )
 
     def check_time(self) -> None:
         """Refuse the next operation once the time is up."""
         if time.process_time() >= self.cpu_deadline:
-            raise Refused(f"ran out of its time budget of {self.seconds:g} s of CPU time (ATTENTION_CORE_CASE_SECONDS "
-                          f"sets it)")
+            raise Refused(
+                f"ran out of its time budget of {self.seconds:g} s of CPU time (ATTENTION_CORE_CASE_SECONDS sets it)"
+            )
         if time.monotonic() > self.deadline:
-            raise Refused(f"ran out of its time budget: {WALL_CEILING * self.seconds:g} s of wall-clock time, "
-                          f"{WALL_CEILING:g} times its {self.seconds:g} s of CPU time (ATTENTION_CORE_CASE_SECONDS "
-                          f"sets it)")
+            raise Refused(
+                f"ran out of its time budget: {WALL_CEILING * self.seconds:g} s of wall-clock time, "
+                f"{WALL_CEILING:g} times its {self.seconds:g} s of CPU time (ATTENTION_CORE_CASE_SECONDS "
+                f"sets it)"
+            )
 
 
 MATRIX_PRODUCTS = frozenset({"matmul", "__matmul__", "mm", "bmm"})
@@ -396,17 +431,19 @@ def index_bound(args, kwargs) -> int:
 
 
 # Upper bounds (args, kwargs) -> elements, for the operations whose arguments are sizes (and attention).
-SIZE_BOUNDS: Mapping[str, Callable] = types.MappingProxyType({
-    "ones": lambda args, kwargs: _magnitude((args, *kwargs.values())),
-    "zeros": lambda args, kwargs: _magnitude((args, *kwargs.values())),
-    "full": lambda args, kwargs: _magnitude(args[:1] or kwargs.get("size")),
-    "eye": lambda args, kwargs: _eye_size(args, kwargs),
-    "arange": lambda args, kwargs: _arange_length(args),
-    "tensor": lambda args, kwargs: _data_count(args[0] if args else kwargs.get("data")),
-    "repeat": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
-    "expand": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
-    "scaled_dot_product_attention": _attention_bound,
-})
+SIZE_BOUNDS: Mapping[str, Callable] = types.MappingProxyType(
+    {
+        "ones": lambda args, kwargs: _magnitude((args, *kwargs.values())),
+        "zeros": lambda args, kwargs: _magnitude((args, *kwargs.values())),
+        "full": lambda args, kwargs: _magnitude(args[:1] or kwargs.get("size")),
+        "eye": lambda args, kwargs: _eye_size(args, kwargs),
+        "arange": lambda args, kwargs: _arange_length(args),
+        "tensor": lambda args, kwargs: _data_count(args[0] if args else kwargs.get("data")),
+        "repeat": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
+        "expand": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
+        "scaled_dot_product_attention": _attention_bound,
+    }
+)
 
 
 _META = torch.device("meta")

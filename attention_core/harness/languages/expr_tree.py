@@ -22,7 +22,7 @@ def column(source: str, lineno: int, char_offset: int) -> int:
 def node_column(source: str, node: Any) -> int:  # any node with a position
     # ast gives col_offset in UTF-8 bytes; convert to characters on that line.
     body = source.lstrip()
-    line = body[line_starts(body)[node.lineno - 1]:].encode("utf-8")
+    line = body[line_starts(body)[node.lineno - 1] :].encode("utf-8")
     return column(source, node.lineno, len(line[: node.col_offset].decode("utf-8", errors="replace")))
 
 

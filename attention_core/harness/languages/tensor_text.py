@@ -12,7 +12,7 @@ Line breaks, indentation and blank lines do not matter.
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -38,11 +38,9 @@ _TOKEN = re.compile(
 _DELIMITERS = frozenset(" \t\r\n,[]()")
 
 _FLOAT_DTYPES = {"float16", "float32", "float64", "bfloat16", "half", "float", "double"}
-_INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-               "short", "int", "long"}
+_INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "short", "int", "long"}
 
-_SUFFIX_KINDS = {"grad_fn": "angle", "requires_grad": "bool", "dtype": "word",
-                 "device": "quoted", "size": "("}
+_SUFFIX_KINDS = {"grad_fn": "angle", "requires_grad": "bool", "dtype": "word", "device": "quoted", "size": "("}
 
 
 class TensorTextError(ValueError):
@@ -209,10 +207,13 @@ class _Parser(_Reader):
 
     def __init__(self, text, partial):
         if not text.strip():
-            raise TensorTextError("the text is empty; expected torch's printed form `tensor(...)`",
-                                  1, 1)
-        super().__init__(text, partial, unclosed="the text ends before the tensor closes; "
-                         "if a notebook export cut it off, parse it with partial=True")
+            raise TensorTextError("the text is empty; expected torch's printed form `tensor(...)`", 1, 1)
+        super().__init__(
+            text,
+            partial,
+            unclosed="the text ends before the tensor closes; "
+            "if a notebook export cut it off, parse it with partial=True",
+        )
         self.ndim = 0
         self.root = None
         self.scalar = None
@@ -288,22 +289,25 @@ class _Parser(_Reader):
                 row.items.append(child)
                 self._fill(child, depth + 1)
             else:
-                raise self.error(f"expected '[' or '...' (rows nest {self.ndim} deep), "
-                                 f"found {value!r}", offset)
+                raise self.error(f"expected '[' or '...' (rows nest {self.ndim} deep), found {value!r}", offset)
             kind, value, offset = self.next()
             if kind == "]":
                 row.closed = True
                 return
             if kind != ",":
                 line, column = self.position(row.offset)
-                raise self.error(f"unbalanced brackets: expected ',' or ']' to go on with the "
-                                 f"'[' at line {line}, column {column}, found {value!r}", offset)
+                raise self.error(
+                    f"unbalanced brackets: expected ',' or ']' to go on with the "
+                    f"'[' at line {line}, column {column}, found {value!r}",
+                    offset,
+                )
 
     def _check_value(self, kind, value, offset):
         """Accepts a number or a bool token, but not both kinds in one tensor."""
         if kind not in ("num", "bool"):
-            raise self.error(f"expected a number, True/False or '...' (rows nest {self.ndim} "
-                             f"deep), found {value!r}", offset)
+            raise self.error(
+                f"expected a number, True/False or '...' (rows nest {self.ndim} deep), found {value!r}", offset
+            )
         if kind == "num" and (why := read_float(value)[1]):  # torch prints none such
             raise self.error(why, offset)
         if self.leaf_kind is None:
@@ -323,8 +327,7 @@ class _Parser(_Reader):
                 raise self.error(f"expected ',' or ')' after the data, found {value!r}", offset)
             kind, name, offset = self.next()
             if name not in _SUFFIX_KINDS:
-                raise self.error(f"unknown suffix {name!r}; expected one of "
-                                 f"{', '.join(_SUFFIX_KINDS)}", offset)
+                raise self.error(f"unknown suffix {name!r}; expected one of {', '.join(_SUFFIX_KINDS)}", offset)
             if name in self.suffixes:
                 raise self.error(f"suffix {name!r} given twice", offset)
             self.expect("=", "=", f"expected '=' after {name!r}")
@@ -339,7 +342,7 @@ class _Parser(_Reader):
         if name == "requires_grad":
             return value == "True"
         if name == "dtype":
-            return value[len("torch."):]
+            return value[len("torch.") :]
         return value[1:-1]
 
     def _result(self, cut):
@@ -438,8 +441,7 @@ class _Parser(_Reader):
         if declared is None:
             raise self.error(f"unsupported dtype torch.{dtype}", offset)
         if printed not in (None, declared) and (printed, declared) != ("int", "float"):
-            raise self.error(f"dtype=torch.{dtype} does not fit the printed {printed} values",
-                             offset)
+            raise self.error(f"dtype=torch.{dtype} does not fit the printed {printed} values", offset)
         return declared
 
     def _shape(self, tokens, cut):
@@ -448,15 +450,13 @@ class _Parser(_Reader):
         if "size" in self.suffixes:
             size, offset = self.suffixes["size"]
             if tokens or self.ndim != 1 or 0 not in size:
-                raise self.error("size=(...) is printed only for an empty tensor "
-                                 "`tensor([], ...)`", offset)
+                raise self.error("size=(...) is printed only for an empty tensor `tensor([], ...)`", offset)
             ndim = len(size)
             if not cut:
                 return ndim, size
         if cut or self.elided:
             return ndim, None
-        return ndim, tuple(self.layouts[depth][0][0] if depth in self.layouts else 0
-                           for depth in range(ndim))
+        return ndim, tuple(self.layouts[depth][0][0] if depth in self.layouts else 0 for depth in range(ndim))
 
 
 def _without_cut_token(text):
@@ -495,6 +495,6 @@ def _unit(token):
     return _power_of_ten(int(exponent or 0) - digits)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _power_of_ten(exponent):
     return float(f"1e{exponent}")

@@ -46,4 +46,5 @@ def test_case(case_check, device, snapshot, case_snapshots, case_functions, requ
         pytest.fail(render(result, traceback=request.config.get_verbosity() > 0), pytrace=False)
     if case_snapshots:
         assert snapshot.use_extension(TensorSnapshotExtension)(name=snapshot_name(case_check)) == snapshot_data(
-            case_check, result)
+            case_check, result
+        )

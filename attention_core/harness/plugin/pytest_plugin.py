@@ -13,8 +13,8 @@ repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itse
 """
 
 import os
-from importlib.metadata import entry_points
 from fnmatch import fnmatch
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -36,18 +36,35 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 def pytest_addoption(parser):
     group = parser.getgroup("attention_core", "attention case checks")
-    group.addoption("--device", action="append", choices=DEVICES, default=None,
-                    help="run case checks on this device only (repeatable); default: cpu and cuda, "
-                         "cuda reported skipped when unavailable")
-    group.addoption("--impl", default=None, metavar="PATH",
-                    help="check a submission (a .py file or a folder) instead of the reference core: its "
-                         "functions run in a separate process, on the CPU; no snapshots are compared")
-    group.addoption("--assignment", default=None, metavar="DIR",
-                    help="an assignment's folder (reference.py, cases/, assignment.yaml) or a students' kit: its "
-                         "cases are checked, on its reference or on --impl; no snapshots are compared")
-    group.addoption("--cases", default=None, metavar="DIR",
-                    help="folder of case files (default: the project's cases/); its checks are not "
-                         "compared with snapshots unless it is cases/ at the rootdir")
+    group.addoption(
+        "--device",
+        action="append",
+        choices=DEVICES,
+        default=None,
+        help="run case checks on this device only (repeatable); default: cpu and cuda, "
+        "cuda reported skipped when unavailable",
+    )
+    group.addoption(
+        "--impl",
+        default=None,
+        metavar="PATH",
+        help="check a submission (a .py file or a folder) instead of the reference core: its "
+        "functions run in a separate process, on the CPU; no snapshots are compared",
+    )
+    group.addoption(
+        "--assignment",
+        default=None,
+        metavar="DIR",
+        help="an assignment's folder (reference.py, cases/, assignment.yaml) or a students' kit: its "
+        "cases are checked, on its reference or on --impl; no snapshots are compared",
+    )
+    group.addoption(
+        "--cases",
+        default=None,
+        metavar="DIR",
+        help="folder of case files (default: the project's cases/); its checks are not "
+        "compared with snapshots unless it is cases/ at the rootdir",
+    )
 
 
 def pytest_configure(config):
@@ -66,12 +83,16 @@ def pytest_configure(config):
     if impl is not None and not Path(impl).exists():
         raise pytest.UsageError(f"--impl {impl}: no such file or folder")
     if impl is not None and config.getoption("update_snapshots", False):
-        raise pytest.UsageError("--snapshot-update with --impl: snapshots record the reference core, "
-                                "never a submission; refusing to rewrite them")
+        raise pytest.UsageError(
+            "--snapshot-update with --impl: snapshots record the reference core, "
+            "never a submission; refusing to rewrite them"
+        )
     if not _own_cases(config) and config.getoption("update_snapshots", False):
-        raise pytest.UsageError(f"--snapshot-update with --cases {folder}: snapshots are written only for a "
-                                f"project's own cases/, run from that project (its tests/{CASE_MODULE} beside "
-                                f"them); refusing to rewrite them")
+        raise pytest.UsageError(
+            f"--snapshot-update with --cases {folder}: snapshots are written only for a "
+            f"project's own cases/, run from that project (its tests/{CASE_MODULE} beside "
+            f"them); refusing to rewrite them"
+        )
     # Snapshot names come from the case file, case and check, never from the test function
     # (see harness/plugin/snapshot.py); syrupy warns on every write that it cannot relate them.
     config.addinivalue_line("filterwarnings", r"ignore:\s*Can not relate snapshot name:UserWarning")
@@ -90,6 +111,7 @@ def _assignment(config):
             config.stash[_ASSIGNMENT] = None
         else:
             from attention_core.harness.reading import assignment  # noqa: PLC0415
+
             config.stash[_ASSIGNMENT] = assignment.load(folder, need_reference=False)
     return config.stash[_ASSIGNMENT]
 
@@ -106,8 +128,9 @@ def _own_cases(config):
     its name), in a project that keeps their snapshots (``<rootdir>/tests/test_cases.py``)."""
     if config.getoption("--assignment") is not None:
         return False
-    return _same(_cases_folder(config), config.rootpath / "cases") and \
-        (config.rootpath / "tests" / CASE_MODULE).is_file()
+    return (
+        _same(_cases_folder(config), config.rootpath / "cases") and (config.rootpath / "tests" / CASE_MODULE).is_file()
+    )
 
 
 def _owns(module, config):
@@ -156,6 +179,7 @@ def case_functions(request):
         yield None
         return
     from attention_core.harness.reading import assignment  # noqa: PLC0415
+
     chosen = _assignment(request.config) or assignment.default()
     try:
         with _implementations()(Path(impl), chosen) as functions:
@@ -169,8 +193,11 @@ def _implementations():
     ``attention_core.implementations`` group (the grading package's, see pyproject.toml)."""
     found = entry_points(group="attention_core.implementations", name="process")
     if not found:
-        pytest.fail("--impl needs the attention_core.implementations entry point 'process', which this install "
-                    "lacks: reinstall the package (pip install -e .)", pytrace=False)
+        pytest.fail(
+            "--impl needs the attention_core.implementations entry point 'process', which this install "
+            "lacks: reinstall the package (pip install -e .)",
+            pytrace=False,
+        )
     return next(iter(found)).load()
 
 
@@ -188,7 +215,8 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.name == CASE_MODULE:
         return None if _owns(collection_path, config) else True
     if config.getoption("markexpr", "") == "case" and any(
-            fnmatch(collection_path.name, pattern) for pattern in config.getini("python_files")):
+        fnmatch(collection_path.name, pattern) for pattern in config.getini("python_files")
+    ):
         return True
     return None
 
@@ -247,8 +275,10 @@ def pytest_runtest_makereport(item, call):
         count = item.config.stash.get(_FAILED, 0) + 1
         item.config.stash[_FAILED] = count
         if count > MAX_REPORTS:
-            report.longrepr = (f"(report left out: more than {MAX_REPORTS} case checks failed; run this one alone, "
-                               f"-k '{item.callspec.id if hasattr(item, 'callspec') else item.name}', to see it)")
+            report.longrepr = (
+                f"(report left out: more than {MAX_REPORTS} case checks failed; run this one alone, "
+                f"-k '{item.callspec.id if hasattr(item, 'callspec') else item.name}', to see it)"
+            )
 
 
 MAX_LISTED = 200  # failures and errors the end of a run lists; past it, a count
@@ -267,8 +297,10 @@ def pytest_terminal_summary(terminalreporter):
     finally:
         for kind, reports in cut.items():
             stats[kind] = reports
-            terminalreporter.write_line(f"{len(reports) - MAX_LISTED} more {kind} not listed above (the first "
-                                        f"{MAX_LISTED} are; -x stops at the first, -k selects some)")
+            terminalreporter.write_line(
+                f"{len(reports) - MAX_LISTED} more {kind} not listed above (the first "
+                f"{MAX_LISTED} are; -x stops at the first, -k selects some)"
+            )
 
 
 def pytest_generate_tests(metafunc):

@@ -49,10 +49,13 @@ def snapshot_data(item, result):
     """
     shape_only = {}
     for expectation in item.check.expectations:
-        shape_only[expectation.target] = (shape_only.get(expectation.target, True)
-                                          and isinstance(expectation, ShapeExpectation))
-    return {name: value.shape if shape_only.get(name) and isinstance(value, torch.Tensor) else value
-            for name, value in result.outputs.items()}
+        shape_only[expectation.target] = shape_only.get(expectation.target, True) and isinstance(
+            expectation, ShapeExpectation
+        )
+    return {
+        name: value.shape if shape_only.get(name) and isinstance(value, torch.Tensor) else value
+        for name, value in result.outputs.items()
+    }
 
 
 class TensorSnapshotExtension(SingleFileSnapshotExtension):
@@ -86,8 +89,9 @@ class TensorSnapshotExtension(SingleFileSnapshotExtension):
 
     def read_snapshot_data_from_location(self, *, snapshot_location, snapshot_name, session_id):
         try:
-            return super().read_snapshot_data_from_location(snapshot_location=snapshot_location,
-                                                            snapshot_name=snapshot_name, session_id=session_id)
+            return super().read_snapshot_data_from_location(
+                snapshot_location=snapshot_location, snapshot_name=snapshot_name, session_id=session_id
+            )
         except UnicodeDecodeError as err:  # compared as unreadable, and rewritten by --snapshot-update
             return f"(not UTF-8 text: {err})\n"
 
@@ -122,13 +126,17 @@ def _summary_lines(value):
     wide = slices.to(torch.float64)
     finite = torch.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)
     nonfinite = (~torch.isfinite(wide)).sum(dim=1)
-    lines = [f"summary: {slices.shape[0]} slices over the last {min(2, value.ndim)} dims, {per} elements each; "
-             f"float64 sum, sum of |x|, max |x| of the finite elements, count of the others; "
-             f"then {SAMPLE} sampled elements"]
+    lines = [
+        f"summary: {slices.shape[0]} slices over the last {min(2, value.ndim)} dims, {per} elements each; "
+        f"float64 sum, sum of |x|, max |x| of the finite elements, count of the others; "
+        f"then {SAMPLE} sampled elements"
+    ]
     for i in range(slices.shape[0]):
         lead = _index(i, value.shape[:-2]) if value.ndim > 2 else "[]"
-        lines.append(f"slice {lead} {float(finite[i].sum())!r} {float(finite[i].abs().sum())!r} "
-                     f"{float(finite[i].abs().max())!r} {int(nonfinite[i])}")
+        lines.append(
+            f"slice {lead} {float(finite[i].sum())!r} {float(finite[i].abs().sum())!r} "
+            f"{float(finite[i].abs().max())!r} {int(nonfinite[i])}"
+        )
     for flat_index in _sample_indices(value.numel()):
         lines.append(f"{_index(flat_index, value.shape)} {_number(value.reshape(-1)[flat_index].item(), value.dtype)}")
     return lines
@@ -213,8 +221,10 @@ def _problems(serialized, stored):
     try:
         return _mismatches(parse(serialized), parse(stored))
     except (ValueError, KeyError, IndexError) as err:
-        return [f"the snapshot file could not be read ({type(err).__name__}: {err}); "
-                f"regenerate it with --snapshot-update and review the diff"]
+        return [
+            f"the snapshot file could not be read ({type(err).__name__}: {err}); "
+            f"regenerate it with --snapshot-update and review the diff"
+        ]
 
 
 def _mismatches(actual, expected):
@@ -257,7 +267,9 @@ def _plain_mismatch(kinds, actual, expected):
     mine = [k for k in ("size", "number", "value") if k in actual]
     theirs = [k for k in ("size", "number", "value") if k in expected]
     if mine != theirs or len(kinds) != 1:
-        return f"kind does not match: {'/'.join(mine) or 'tensor'} != {'/'.join(theirs) or 'tensor'} (actual != snapshot)"
+        return (
+            f"kind does not match: {'/'.join(mine) or 'tensor'} != {'/'.join(theirs) or 'tensor'} (actual != snapshot)"
+        )
     (kind,) = kinds
     got, want = actual[kind], expected[kind]
     if kind == "number":
@@ -282,8 +294,10 @@ def _slice_mismatch(actual, expected, rtol, atol):
             return f"slice {index}: {int(n_got)} non-finite elements != {int(n_want)} (actual != snapshot)"
         sum_tol = per * atol + rtol * a_want
         if abs(s_got - s_want) > sum_tol or abs(a_got - a_want) > sum_tol:
-            return (f"slice {index}: sum {s_got!r} != {s_want!r} or sum|x| {a_got!r} != {a_want!r} "
-                    f"(up to {sum_tol:.4g} allowed)")
+            return (
+                f"slice {index}: sum {s_got!r} != {s_want!r} or sum|x| {a_got!r} != {a_want!r} "
+                f"(up to {sum_tol:.4g} allowed)"
+            )
         if abs(m_got - m_want) > atol + rtol * m_want:
             return f"slice {index}: max|x| {m_got!r} != {m_want!r} (up to {atol + rtol * m_want:.4g} allowed)"
     return None

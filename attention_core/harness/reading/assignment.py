@@ -92,6 +92,7 @@ class Assignment:
         if self.folder is None or not self.settings.checks:
             return []
         from attention_core.harness.reading.settings import PROPERTY_KINDS, unknown_checks  # noqa: PLC0415
+
         known = [i.id for i in items] + [f"properties/{name}/{kind}" for name in self.graded for kind in PROPERTY_KINDS]
         return unknown_checks(Path(self.folder) / SETTINGS_FILE, self.settings, known)
 
@@ -101,6 +102,7 @@ class Assignment:
         if self.folder is None or not self.settings.checks:
             return []
         from attention_core.harness.reading.settings import shadowed_points  # noqa: PLC0415
+
         return shadowed_points(Path(self.folder) / SETTINGS_FILE, self.settings, items)
 
     def returns(self, name):
@@ -135,6 +137,7 @@ def _class_call(cls):
         device = next((t.device for t in state if isinstance(t, torch.Tensor)), torch.device("cpu"))
         with torch.no_grad():  # values only: the backward check makes its own instance
             return instances.call(instances.implementation_instance(cls, record, device), record, args, kwargs)
+
     call.cls = cls
     call.__name__ = cls.__name__
     return call
@@ -147,8 +150,9 @@ def load(folder: str | Path, *, need_reference: bool = True) -> Assignment:
     """The assignment of ``folder``; raises :class:`AssignmentError` naming what is wrong."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise AssignmentError(f"{folder}: no such folder (an assignment is a folder with {REFERENCE_FILE} "
-                              f"and {CASES_FOLDER}/)")
+        raise AssignmentError(
+            f"{folder}: no such folder (an assignment is a folder with {REFERENCE_FILE} and {CASES_FOLDER}/)"
+        )
     settings = read_settings(folder / SETTINGS_FILE)
     cases = folder / CASES_FOLDER
     if not cases.is_dir():
@@ -160,17 +164,23 @@ def load(folder: str | Path, *, need_reference: bool = True) -> Assignment:
         if settings.graded:
             unknown = [n for n in settings.graded if n not in graded]
             if unknown:
-                raise AssignmentError(f"{folder / SETTINGS_FILE}: 'graded' names {', '.join(map(repr, unknown))}, "
-                                      f"which {reference_file} does not define as a public function or "
-                                      f"nn.Module class (it defines: {', '.join(graded) or 'nothing'})")
+                raise AssignmentError(
+                    f"{folder / SETTINGS_FILE}: 'graded' names {', '.join(map(repr, unknown))}, "
+                    f"which {reference_file} does not define as a public function or "
+                    f"nn.Module class (it defines: {', '.join(graded) or 'nothing'})"
+                )
             graded = {n: graded[n] for n in settings.graded}
         if not graded:
-            raise AssignmentError(f"{reference_file}: defines no public function or nn.Module class to grade "
-                                  f"(a name that starts with '_' is private, and an imported one is not its own)")
+            raise AssignmentError(
+                f"{reference_file}: defines no public function or nn.Module class to grade "
+                f"(a name that starts with '_' is private, and an imported one is not its own)"
+            )
     elif need_reference:
-        raise AssignmentError(f"{reference_file}: no such file: an assignment's reference solution is "
-                              f"{REFERENCE_FILE} (a students' kit has none; give the kit's folder to "
-                              f"pytest --assignment, not to the teacher's commands)")
+        raise AssignmentError(
+            f"{reference_file}: no such file: an assignment's reference solution is "
+            f"{REFERENCE_FILE} (a students' kit has none; give the kit's folder to "
+            f"pytest --assignment, not to the teacher's commands)"
+        )
     else:
         module, graded = None, kit_spec(folder, settings)
     return Assignment(settings.title or folder.resolve().name, cases, graded, module, settings, folder)
@@ -216,11 +226,19 @@ def resolve(assignment: Assignment | str | Path | None = None, cases: str | Path
 def default() -> Assignment:
     """The built-in assignment: the package's reference core, its eight functions, the project's cases."""
     from attention_core import reference  # noqa: PLC0415
+
     graded = read_spec(reference, Settings())
     for function in spec.SPEC:  # the contract adds result names, summaries and parameter notes
         own = graded[function.name]
-        graded[function.name] = Graded(function.name, "function", function.params, function.params,
-                                       function.returns, function.purpose or own.doc, function.summary)
+        graded[function.name] = Graded(
+            function.name,
+            "function",
+            function.params,
+            function.params,
+            function.returns,
+            function.purpose or own.doc,
+            function.summary,
+        )
     graded = {f.name: graded[f.name] for f in spec.SPEC if f.graded}
     return Assignment("attention-core", default_cases_folder(), graded, reference, Settings(), builtin=True)
 
@@ -245,13 +263,36 @@ def read_spec(module, settings):
             continue
         if inspect.isfunction(value):
             params = _params(value)
-            found.append((_line(value), Graded(name, "function", params, params, _returns(value, settings, name),
-                                               own_doc(value), _summary(value))))
+            found.append(
+                (
+                    _line(value),
+                    Graded(
+                        name,
+                        "function",
+                        params,
+                        params,
+                        _returns(value, settings, name),
+                        own_doc(value),
+                        _summary(value),
+                    ),
+                )
+            )
         elif isinstance(value, type) and issubclass(value, torch.nn.Module):
             forward = value.forward
-            found.append((_line(value), Graded(name, "class", _params(value.__init__, skip_self=True),
-                                               _params(forward, skip_self=True), _returns(forward, settings, name),
-                                               own_doc(value), _summary(value))))
+            found.append(
+                (
+                    _line(value),
+                    Graded(
+                        name,
+                        "class",
+                        _params(value.__init__, skip_self=True),
+                        _params(forward, skip_self=True),
+                        _returns(forward, settings, name),
+                        own_doc(value),
+                        _summary(value),
+                    ),
+                )
+            )
     return {g.name: g for _, g in sorted(found, key=lambda pair: pair[0])}
 
 
@@ -262,16 +303,19 @@ def kit_spec(folder, settings):
     """The graded names of a kit (``KIT_FILE``); raises SettingsError where it is missing or malformed."""
     path = Path(folder) / KIT_FILE
     if not path.is_file():
-        raise SettingsError(f"{Path(folder) / 'reference.py'}: no such file, and no {KIT_FILE} either: an "
-                            f"assignment's folder holds its reference.py; a students' kit, its {KIT_FILE}")
+        raise SettingsError(
+            f"{Path(folder) / 'reference.py'}: no such file, and no {KIT_FILE} either: an "
+            f"assignment's folder holds its reference.py; a students' kit, its {KIT_FILE}"
+        )
     try:
         tree = yaml_lines.parse(path.read_text(encoding="utf-8"))
         graded = {}
         for name, entry in tree["graded"].items():
             params = tuple(spec.Param(str(p)) for p in entry["params"])
             call_params = tuple(spec.Param(str(p)) for p in entry["call_params"])
-            graded[str(name)] = Graded(str(name), str(entry["kind"]), params, call_params,
-                                       tuple(map(str, entry["returns"])))
+            graded[str(name)] = Graded(
+                str(name), str(entry["kind"]), params, call_params, tuple(map(str, entry["returns"]))
+            )
     except Exception as err:  # noqa: BLE001 (any malformed kit file is one error)
         raise SettingsError(f"{path}: not a kit file: {type(err).__name__}: {err}") from None
     return graded
@@ -293,10 +337,15 @@ def _params(function, *, skip_self=False):
     if skip_self and params and params[0].name == "self":
         params = params[1:]
     written = _written_defaults(function)
-    return tuple(spec.Param(p.name, spec.REQUIRED if p.default is inspect.Parameter.empty else p.default,
-                            shown=None if p.default is inspect.Parameter.empty else
-                            written.get(p.name) or _shown(p.default))
-                 for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    return tuple(
+        spec.Param(
+            p.name,
+            spec.REQUIRED if p.default is inspect.Parameter.empty else p.default,
+            shown=None if p.default is inspect.Parameter.empty else written.get(p.name) or _shown(p.default),
+        )
+        for p in params
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    )
 
 
 def _shown(default):
@@ -314,7 +363,7 @@ def _written_defaults(function):
         return {}
     arguments = node.args
     positional = [*arguments.posonlyargs, *arguments.args]
-    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults))
     pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
     return {a.arg: ast.get_source_segment(source, d) for a, d in pairs if ast.get_source_segment(source, d)}
 

@@ -17,8 +17,8 @@ from attention_core.harness.reading import fields, yaml_lines
 from attention_core.harness.reading.fields import ID, FieldError
 from attention_core.harness.reading.model import Case, Document, Envelope
 from attention_core.harness.reading.scope import Misplaced, settle
-from attention_core.harness.text import quote, shorten
 from attention_core.harness.reading.yaml_lines import CaseError  # noqa: F401 (re-exported)
+from attention_core.harness.text import quote, shorten
 
 SCHEMA_FILE = "case-file.schema.json"  # beside the case files
 SCHEMA_LINE = f"# yaml-language-server: $schema=./{SCHEMA_FILE}"
@@ -58,8 +58,12 @@ def load_folder(folder, assignment=None):
     with _collection_paused():
         for path in find_case_files(folder):
             if path.stem in stems:  # x.yaml and x.yml: their ids would be one file's
-                error = CaseError(shown / path.name, 1, f"its ids would begin with {quote(path.stem)}, as those of "
-                                                        f"{quote(stems[path.stem])} do: rename one of the two files")
+                error = CaseError(
+                    shown / path.name,
+                    1,
+                    f"its ids would begin with {quote(path.stem)}, as those of "
+                    f"{quote(stems[path.stem])} do: rename one of the two files",
+                )
                 loaded.append(CaseFile(path, path.name.replace(".", "_"), None, errors=(error,), assignment=assignment))
                 continue
             stems[path.stem] = path.name
@@ -89,6 +93,7 @@ def load_file(path, shown=None, assignment=None):
     """
     if assignment is None:
         from attention_core.harness.reading.assignment import default  # noqa: PLC0415 (the assignment reads the harness)
+
         assignment = default()
     path = Path(path)
     shown = shown_path(path) if shown is None else shown
@@ -105,8 +110,7 @@ def load_file(path, shown=None, assignment=None):
     except Exception as err:  # noqa: BLE001 (anything else about reading the file is still the file's error)
         problem = CaseError(shown, 1, f"the file could not be read: {type(err).__name__}: {shorten(str(err))}")
         return CaseFile(path, path.stem, None, errors=(problem,), assignment=assignment)
-    context = {"document": envelope.document, "defaults": envelope.defaults, "assignment": assignment,
-               "settle": settle}
+    context = {"document": envelope.document, "defaults": envelope.defaults, "assignment": assignment, "settle": settle}
     cases, errors, seen = [], [], set()
     for i, raw in enumerate(envelope.cases):
         at = ("cases", i)
@@ -189,9 +193,14 @@ def _value_at(tree, loc):
 
 
 _TYPE_WORDS = {
-    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "string_type": "must be text", "dict_type": "must be a mapping", "list_type": "must be a list",
-    "tuple_type": "must be a list", "int_type": "must be a whole number", "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be text",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
 }
 
 

@@ -21,8 +21,14 @@ from attention_core.harness.languages.tensor_text import TensorTextError, parse_
 from attention_core.harness.text import quote, shorten
 
 SPEC_FUNCTIONS = spec.GRADED
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-          "float64": torch.float64, "int64": torch.int64, "bool": torch.bool}
+DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "bool": torch.bool,
+}
 MAX_LITERAL = 2**20  # elements of one literal
 MAX_CASE_ELEMENTS = 2**25  # elements of all of a case's inputs together (float64: 256 MiB)
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -107,6 +113,7 @@ def _text(value):
 def _expression(graded):
     def parse(source):
         return parse_expression(source, graded=graded)
+
     return parse
 
 
@@ -130,8 +137,11 @@ def parse_expression(source, *, graded=False):
             hint = f"; did you mean {close[0]!r}?" if close else ""
         if re.search(r"\.\d", source) and err.message.startswith("syntax error"):
             hint = "; a module list's members are read by position: self.heads[0], not self.heads.0"
-        raise FieldError(f"`{quote(source, 60)[1:-1]}`: {quote(err.message, 200)[1:-1]}{hint}",
-                         line=1 if err.column else None, column=err.column) from None
+        raise FieldError(
+            f"`{quote(source, 60)[1:-1]}`: {quote(err.message, 200)[1:-1]}{hint}",
+            line=1 if err.column else None,
+            column=err.column,
+        ) from None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -160,8 +170,10 @@ def parse_printed(text, *, partial=False, complete=False):
     if complete and (printed.elided or printed.partial):
         raise FieldError("an input must be printed in full: this text is elided or cut off")
     if (printed.elided or printed.partial) and printed.values.numel() == 0:
-        raise FieldError("this print shows no element (only '...' or a cut-off start): it would check nothing; "
-                         "paste a print that shows values, or expect the shape alone ({shape: [...]})")
+        raise FieldError(
+            "this print shows no element (only '...' or a cut-off start): it would check nothing; "
+            "paste a print that shows values, or expect the shape alone ({shape: [...]})"
+        )
     return printed
 
 
@@ -177,8 +189,9 @@ def _shape(value):
             return parse_size(value)
         except TensorTextError as err:
             raise FieldError(quote(err.message, 200)[1:-1], line=err.line, column=err.column) from None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                                       for n in value):
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value
+    ):
         raise FieldError("shape must be a list of whole numbers or torch.Size([...]) text")
     return tuple(value)
 
@@ -196,8 +209,9 @@ def literal(value):
     shape = _leading_shape(value)
     count = math.prod(shape)
     if count > MAX_LITERAL:
-        raise FieldError(f"a literal of {count} elements; the limit is {MAX_LITERAL} "
-                         f"(draw large tensors from a seed instead)")
+        raise FieldError(
+            f"a literal of {count} elements; the limit is {MAX_LITERAL} (draw large tensors from a seed instead)"
+        )
     flat = _flat(value, shape)
     kinds = set(map(type, flat or ()))
     if flat is None or any(issubclass(k, list) for k in kinds):
@@ -216,14 +230,16 @@ def literal(value):
             return torch.tensor(value, dtype=torch.int64)
         return torch.tensor(value, dtype=torch.float64)
     except (OverflowError, RuntimeError, ValueError) as err:
-        big = next((v for v in flat if isinstance(v, int) and not -2**63 <= v < 2**63), None)
+        big = next((v for v in flat if isinstance(v, int) and not -(2**63) <= v < 2**63), None)
         if big is not None:
             try:
                 floats = "; with a decimal point it would be a float" if float(big) else ""
             except OverflowError:
                 floats = ", nor a float64"
-            raise FieldError(f"the whole number {shorten(str(big), 30)} ({len(str(abs(big)))} digits) does not fit "
-                             f"int64 (at most about 9.2e18){floats}") from None
+            raise FieldError(
+                f"the whole number {shorten(str(big), 30)} ({len(str(abs(big)))} digits) does not fit "
+                f"int64 (at most about 9.2e18){floats}"
+            ) from None
         raise FieldError(f"a number does not fit: {quote(str(err))[1:-1]}") from None
 
 
@@ -272,6 +288,7 @@ def _draw(kind):
             return draws.check_spec(kind, args, limit=MAX_CASE_ELEMENTS)
         except ValueError as err:
             raise FieldError(quote(str(err), 200)[1:-1]) from None
+
     return check
 
 
@@ -280,30 +297,74 @@ _NUMBERS = {"x-numbers": True}  # becomes {"$ref": "#/$defs/Numbers"} (model.jso
 NUMBERS_SCHEMA = {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array", "items": _NUMBERS}]}
 _SIZE = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}}
 _DRAW_SCHEMAS = {
-    "randn": {"anyOf": [_SIZE, {"type": "object", "properties": {"size": _SIZE}, "required": ["size"],
-                                "additionalProperties": False}]},
-    "randint": {"anyOf": [{"type": "array", "prefixItems": [{"type": "integer"}, {"type": "integer"}, _SIZE],
-                           "minItems": 3, "maxItems": 3},
-                          {"type": "object", "properties": {"low": {"type": "integer"}, "high": {"type": "integer"},
-                                                            "size": _SIZE},
-                           "required": ["low", "high", "size"], "additionalProperties": False}]},
-    "embedding": {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2,
-                             "maxItems": 2},
-                            {"type": "object", "properties": {"num_embeddings": {"type": "integer", "minimum": 0},
-                                                              "embedding_dim": {"type": "integer", "minimum": 0}},
-                             "required": ["num_embeddings", "embedding_dim"], "additionalProperties": False}]},
-    "linear": {"anyOf": [{"type": "array", "prefixItems": [{"type": "integer", "minimum": 0},
-                                                           {"type": "integer", "minimum": 0}, {"type": "boolean"}],
-                          "minItems": 2, "maxItems": 3},
-                         {"type": "object", "properties": {"in_features": {"type": "integer", "minimum": 0},
-                                                           "out_features": {"type": "integer", "minimum": 0},
-                                                           "bias": {"type": "boolean"}},
-                          "required": ["in_features", "out_features"], "additionalProperties": False}]},
+    "randn": {
+        "anyOf": [
+            _SIZE,
+            {"type": "object", "properties": {"size": _SIZE}, "required": ["size"], "additionalProperties": False},
+        ]
+    },
+    "randint": {
+        "anyOf": [
+            {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, {"type": "integer"}, _SIZE],
+                "minItems": 3,
+                "maxItems": 3,
+            },
+            {
+                "type": "object",
+                "properties": {"low": {"type": "integer"}, "high": {"type": "integer"}, "size": _SIZE},
+                "required": ["low", "high", "size"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+    "embedding": {
+        "anyOf": [
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2},
+            {
+                "type": "object",
+                "properties": {
+                    "num_embeddings": {"type": "integer", "minimum": 0},
+                    "embedding_dim": {"type": "integer", "minimum": 0},
+                },
+                "required": ["num_embeddings", "embedding_dim"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+    "linear": {
+        "anyOf": [
+            {
+                "type": "array",
+                "prefixItems": [
+                    {"type": "integer", "minimum": 0},
+                    {"type": "integer", "minimum": 0},
+                    {"type": "boolean"},
+                ],
+                "minItems": 2,
+                "maxItems": 3,
+            },
+            {
+                "type": "object",
+                "properties": {
+                    "in_features": {"type": "integer", "minimum": 0},
+                    "out_features": {"type": "integer", "minimum": 0},
+                    "bias": {"type": "boolean"},
+                },
+                "required": ["in_features", "out_features"],
+                "additionalProperties": False,
+            },
+        ]
+    },
 }
 _DRAW_SCHEMAS["rand"] = _DRAW_SCHEMAS["randn"]
-_DRAW_SCHEMAS["dropout"] = {"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                                                             "shape": _SIZE},
-                            "required": ["p", "shape"], "additionalProperties": False}
+_DRAW_SCHEMAS["dropout"] = {
+    "type": "object",
+    "properties": {"p": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "shape": _SIZE},
+    "required": ["p", "shape"],
+    "additionalProperties": False,
+}
 
 
 def Draw(kind):  # noqa: N802 (a type, spelled as one)
@@ -314,23 +375,44 @@ def Draw(kind):  # noqa: N802 (a type, spelled as one)
 Id = Annotated[str, BeforeValidator(_id), WithJsonSchema({"type": "string", "pattern": ID.pattern})]
 Name = Annotated[str, BeforeValidator(_name), WithJsonSchema({"type": "string", "pattern": NAME.pattern})]
 DType = Annotated[torch.dtype, BeforeValidator(_dtype), WithJsonSchema({"enum": list(DTYPES)})]
-FloatDType = Annotated[torch.dtype, BeforeValidator(_floating_dtype),
-                       WithJsonSchema({"enum": [n for n, d in DTYPES.items() if d.is_floating_point]})]
-Seed = Annotated[int, BeforeValidator(_seed), WithJsonSchema({"type": "integer", "minimum": 0,
-                                                                "maximum": 2**64 - 1})]
+FloatDType = Annotated[
+    torch.dtype,
+    BeforeValidator(_floating_dtype),
+    WithJsonSchema({"enum": [n for n, d in DTYPES.items() if d.is_floating_point]}),
+]
+Seed = Annotated[int, BeforeValidator(_seed), WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 2**64 - 1})]
 NonNegative = Annotated[float, BeforeValidator(_non_negative), WithJsonSchema({"type": "number", "minimum": 0})]
-Points = Annotated[float, BeforeValidator(_points), WithJsonSchema({"type": "number", "minimum": 0,
-                                                                    "maximum": MAX_POINTS})]
+Points = Annotated[
+    float, BeforeValidator(_points), WithJsonSchema({"type": "number", "minimum": 0, "maximum": MAX_POINTS})
+]
 Number = Annotated[float | int, BeforeValidator(_number), WithJsonSchema({"type": "number"})]
 Text = Annotated[str, BeforeValidator(_text), WithJsonSchema({"type": ["string", "number"]})]
 Flag = StrictBool
-Expression = Annotated[expr.Expr, BeforeValidator(_expression(False)),
-                       WithJsonSchema({"type": "string", "description": "an expression of the safe language"})]
-GradedExpression = Annotated[expr.Expr, BeforeValidator(_expression(True)),
-                             WithJsonSchema({"type": "string", "description": "a call of one spec function"})]
+Expression = Annotated[
+    expr.Expr,
+    BeforeValidator(_expression(False)),
+    WithJsonSchema({"type": "string", "description": "an expression of the safe language"}),
+]
+GradedExpression = Annotated[
+    expr.Expr,
+    BeforeValidator(_expression(True)),
+    WithJsonSchema({"type": "string", "description": "a call of one spec function"}),
+]
 Numbers = Annotated[torch.Tensor, BeforeValidator(literal), WithJsonSchema(_NUMBERS)]
-Shape = Annotated[tuple, BeforeValidator(_shape),
-                  WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 0}},
-                                            {"type": "string", "pattern": r"^\s*torch\.Size\("}]})]
-CompletePrinted = Annotated[object, BeforeValidator(lambda text: parse_printed(text, complete=True)),
-                            WithJsonSchema({"type": "string", "description": "torch's printed text, in full"})]
+Shape = Annotated[
+    tuple,
+    BeforeValidator(_shape),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                {"type": "string", "pattern": r"^\s*torch\.Size\("},
+            ]
+        }
+    ),
+]
+CompletePrinted = Annotated[
+    object,
+    BeforeValidator(lambda text: parse_printed(text, complete=True)),
+    WithJsonSchema({"type": "string", "description": "torch's printed text, in full"}),
+]

@@ -48,9 +48,15 @@ def load(cases_folder):
             if reader.fieldnames != COLUMNS:
                 raise ValueError(f"{path}:1: the columns must be {', '.join(COLUMNS)}")
             rows[path.stem] = [
-                Row(path.stem, reader.line_num, r["cell"].strip(), r["variable"].strip(), r["status"].strip(),
+                Row(
+                    path.stem,
+                    reader.line_num,
+                    r["cell"].strip(),
+                    r["variable"].strip(),
+                    r["status"].strip(),
                     tuple(ref.strip() for ref in (r["checks"] or "").split(";") if ref.strip()),
-                    (r["reason"] or "").strip())
+                    (r["reason"] or "").strip(),
+                )
                 for r in reader
             ]
     return rows
@@ -66,10 +72,18 @@ def problems(rows, case_files):
         if case_file is None:
             found.append(f"{where}:1: no case file {document}.yaml for this inventory")
             continue
-        targets = {f"{case.id}/{check.id}:{e.target}" for case in case_file.cases for check in case.checks
-                   for e in check.expectations}
-        inputs = {f"{case.id}:{name}" for case in case_file.cases for name, item in case.inputs.items()
-                  if isinstance(item, PrintedInput)}
+        targets = {
+            f"{case.id}/{check.id}:{e.target}"
+            for case in case_file.cases
+            for check in case.checks
+            for e in check.expectations
+        }
+        inputs = {
+            f"{case.id}:{name}"
+            for case in case_file.cases
+            for name, item in case.inputs.items()
+            if isinstance(item, PrintedInput)
+        }
         cited = set()
         for row in document_rows:
             found += [f"{where}:{row.line}: {m}" for m in _row_problems(row, targets, inputs)]
@@ -89,8 +103,11 @@ def _row_problems(row, targets, inputs):
         return [f"{row.variable}: marked {row.status} but names no {'check' if row.status == 'encoded' else 'input'}"]
     if row.status == "input":
         return [f"{row.variable}: {ref} names no printed input (case:input)" for ref in row.refs if ref not in inputs]
-    return [f"{row.variable}: {ref} names no check expectation (case/check:target)" for ref in row.refs
-            if ref not in targets]
+    return [
+        f"{row.variable}: {ref} names no check expectation (case/check:target)"
+        for ref in row.refs
+        if ref not in targets
+    ]
 
 
 def corpus_table(rows, case_files):
@@ -100,10 +117,13 @@ def corpus_table(rows, case_files):
     reasons = []
     for document, document_rows in rows.items():
         count = {status: sum(r.status == status for r in document_rows) for status in STATUSES}
-        lines.append(f"| {document} ({titles.get(document, '')}) | {len(document_rows)} | {count['encoded']} "
-                     f"| {count['input']} | {count['not encodable']} |")
-        reasons += [f"- {document} {r.cell} `{r.variable}`: {r.reason}" for r in document_rows
-                    if r.status == "not encodable"]
+        lines.append(
+            f"| {document} ({titles.get(document, '')}) | {len(document_rows)} | {count['encoded']} "
+            f"| {count['input']} | {count['not encodable']} |"
+        )
+        reasons += [
+            f"- {document} {r.cell} `{r.variable}`: {r.reason}" for r in document_rows if r.status == "not encodable"
+        ]
     if reasons:
         lines += ["", "Not encodable, and why:", "", *reasons]
     return "\n".join(lines)

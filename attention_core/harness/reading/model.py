@@ -19,12 +19,31 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from attention_core.harness.languages import draws
-from attention_core.harness.reading.fields import (NUMBERS_SCHEMA, VISIBILITIES, CompletePrinted, DType, Draw,
-                                           Expression, FieldError, Flag, FloatDType, GradedExpression, Id, Name,
-                                           NonNegative, Number, Numbers, Points, Seed, Shape, Text, parse_printed,
-                                           spec_function)
-from attention_core.harness.reading.node import Node, ShortForms, union
 from attention_core.harness.languages.tensor_text import looks_like_size
+from attention_core.harness.reading.fields import (
+    NUMBERS_SCHEMA,
+    VISIBILITIES,
+    CompletePrinted,
+    Draw,
+    DType,
+    Expression,
+    FieldError,
+    Flag,
+    FloatDType,
+    GradedExpression,
+    Id,
+    Name,
+    NonNegative,
+    Number,
+    Numbers,
+    Points,
+    Seed,
+    Shape,
+    Text,
+    parse_printed,
+    spec_function,
+)
+from attention_core.harness.reading.node import Node, ShortForms, union
 from attention_core.harness.text import shorten
 
 Visibility = Literal[VISIBILITIES]
@@ -188,11 +207,15 @@ def _input_short(value):
 
 
 _INPUT_FORMS = ("tensor", "number", "printed", "expr", "token_ids", *(c.draw for c in DRAWS))
-Input = union((LiteralInput, NumberInput, PrintedInput, ExprInput, TokenIdsInput, *DRAWS), _INPUT_FORMS,
-               "an input", _input_short,
-               {"type": "string", "description": "torch's printed text, in full"},
-               {"type": "array", "items": NUMBERS_SCHEMA, "description": "literal numbers"},
-               {"type": "number"})
+Input = union(
+    (LiteralInput, NumberInput, PrintedInput, ExprInput, TokenIdsInput, *DRAWS),
+    _INPUT_FORMS,
+    "an input",
+    _input_short,
+    {"type": "string", "description": "torch's printed text, in full"},
+    {"type": "array", "items": NUMBERS_SCHEMA, "description": "literal numbers"},
+    {"type": "number"},
+)
 
 
 # ---------------------------------------------------------------- expectations
@@ -292,12 +315,15 @@ def _expectation_short(value):
     return value
 
 
-Expectation = union((PrintedExpectation, ValuesExpectation, ShapeExpectation, OracleExpectation, MissingExpectation),
-                     ("printed", "values", "shape", "oracle", "missing"),
-                     "an expectation", _expectation_short,
-                     {"type": "string", "description": "torch's printed text, or torch.Size([...])"},
-                     {"type": "null", "description": "nothing expected yet: record fills it in"},
-                     NUMBERS_SCHEMA)
+Expectation = union(
+    (PrintedExpectation, ValuesExpectation, ShapeExpectation, OracleExpectation, MissingExpectation),
+    ("printed", "values", "shape", "oracle", "missing"),
+    "an expectation",
+    _expectation_short,
+    {"type": "string", "description": "torch's printed text, or torch.Size([...])"},
+    {"type": "null", "description": "nothing expected yet: record fills it in"},
+    NUMBERS_SCHEMA,
+)
 
 
 def _expect(value):
@@ -333,8 +359,10 @@ def _names(value):
 def _target_text(key):
     """An expectation's target is text: an output's name or an expression (a YAML number or null is not)."""
     if not isinstance(key, str):
-        raise FieldError(f"an expectation target must be an output's name or an expression, as text; "
-                         f"got {shorten(key)} (quote it if it is an expression)")
+        raise FieldError(
+            f"an expectation target must be an output's name or an expression, as text; "
+            f"got {shorten(key)} (quote it if it is an expression)"
+        )
     return key
 
 
@@ -344,8 +372,9 @@ class _Check(Node):
     what: ClassVar[str] = "a check"
     id: Id
     source: SourceField | None = None
-    returns: Annotated[tuple[Name, ...], BeforeValidator(_names), Field(min_length=1),
-                       ShortForms({"type": "string"})] | None = None
+    returns: (
+        Annotated[tuple[Name, ...], BeforeValidator(_names), Field(min_length=1), ShortForms({"type": "string"})] | None
+    ) = None
     expect: Annotated[dict[Annotated[str, BeforeValidator(_target_text)], Expectation], BeforeValidator(_expect)]
     erratum: Annotated[Erratum, BeforeValidator(_note), ShortForms({"type": "string"})] | None = None
     note: str | None = None
@@ -382,8 +411,10 @@ class CallCheck(_Check):
     @classmethod
     def _one_spec_call(cls, parsed):
         if spec_function(parsed) is None:
-            raise FieldError("'call' must be one call of a graded function, `f(x)`, or a graded class made and "
-                             "called, `C(a)(x)`; use 'expr' for the document's own arithmetic")
+            raise FieldError(
+                "'call' must be one call of a graded function, `f(x)`, or a graded class made and "
+                "called, `C(a)(x)`; use 'expr' for the document's own arithmetic"
+            )
         return parsed
 
 
@@ -404,8 +435,7 @@ class PendingCheck(_Check):
     pending: Text
 
 
-Check = union((CallCheck, ExprCheck, PendingCheck), ("call", "expr", "pending"),
-               "a check", lambda value: value)
+Check = union((CallCheck, ExprCheck, PendingCheck), ("call", "expr", "pending"), "a check", lambda value: value)
 
 
 def waiting(check):
@@ -415,8 +445,13 @@ def waiting(check):
         if e.kind == "missing":
             left.append((e.line, f"no expectation for {e.target!r} yet (record fills it in)"))
         elif e.pending:
-            left.append((e.line, f"the expectation for {e.target!r} is pending: write the check's computation, "
-                                 f"then remove 'pending'"))
+            left.append(
+                (
+                    e.line,
+                    f"the expectation for {e.target!r} is pending: write the check's computation, "
+                    f"then remove 'pending'",
+                )
+            )
     return left
 
 
@@ -468,10 +503,13 @@ def json_schema():
     """The JSON Schema of a case file as a person writes it, short forms included."""
     schema = _numbers_ref(CaseFileModel.model_json_schema())
     schema["$defs"]["Numbers"] = _numbers_ref(NUMBERS_SCHEMA)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": "case-file.schema.json",
-            "description": "A case file of attention-core: worked examples of one document as checked cases "
-                           "(see docs/case-format.md).", **schema}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "case-file.schema.json",
+        "description": "A case file of attention-core: worked examples of one document as checked cases "
+        "(see docs/case-format.md).",
+        **schema,
+    }
 
 
 def _numbers_ref(schema):

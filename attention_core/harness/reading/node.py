@@ -97,8 +97,12 @@ def _check_keys(cls, data):
     allowed = _allowed(cls)
     unknown = [] if allowed.issuperset(data) else [k for k in data if k not in allowed]
     if unknown:
-        raise _error("unknown_key", f"unknown key {quote(unknown[0])} in {cls.what}; expected one of "
-                                    f"{', '.join(sorted(allowed))}{_hint(unknown)}", key=unknown[0])
+        raise _error(
+            "unknown_key",
+            f"unknown key {quote(unknown[0])} in {cls.what}; expected one of "
+            f"{', '.join(sorted(allowed))}{_hint(unknown)}",
+            key=unknown[0],
+        )
     missing = [k for k in _required(cls) if k not in data]
     if missing:
         raise _error("missing_key", f"{cls.what} is missing {', '.join(map(repr, missing))}")
@@ -106,7 +110,7 @@ def _check_keys(cls, data):
 
 def _hint(unknown):
     if any(c in str(k) for k in unknown for c in "()[]"):
-        return " (an expression with commas inside {...} must be quoted: {expr: \"f(a, b)\"})"
+        return ' (an expression with commas inside {...} must be quoted: {expr: "f(a, b)"})'
     return ""
 
 
@@ -159,6 +163,7 @@ def _form(forms):
             if form in keys:
                 return tags[form]
         return None  # no form: the before-validator has refused it already
+
     return Discriminator(pick)
 
 
@@ -174,17 +179,28 @@ def _one_form(classes, forms, what, short):
             raise _error("form", f"{what} needs exactly one of: {', '.join(forms)}; got {quote(value)}")
         unknown = [k for k in value if k not in allowed]
         if unknown:
-            raise _error("unknown_key", f"unknown key {quote(unknown[0])} in {what}; expected one of "
-                                        f"{', '.join(sorted(allowed))}{_hint(unknown)}", key=unknown[0])
+            raise _error(
+                "unknown_key",
+                f"unknown key {quote(unknown[0])} in {what}; expected one of "
+                f"{', '.join(sorted(allowed))}{_hint(unknown)}",
+                key=unknown[0],
+            )
         found = [k for k in forms if k in value]
         if len(found) != 1:
-            raise _error("form", f"{what} needs exactly one of: {', '.join(forms)}"
-                                 + (f"; got {', '.join(found)}" if found else ""))
+            raise _error(
+                "form",
+                f"{what} needs exactly one of: {', '.join(forms)}" + (f"; got {', '.join(found)}" if found else ""),
+            )
         return value
+
     return check
 
 
 def union(classes, forms, what, short, *short_schemas):
     tagged = tuple(Annotated[c, Tag(_tag(f))] for c, f in zip(classes, forms))
-    return Annotated[Union[tagged], _form(forms), BeforeValidator(_one_form(classes, forms, what, short)),
-                     ShortForms(*short_schemas)]
+    return Annotated[
+        Union[tagged],  # noqa: UP007 (a union of a tuple of types made here: no `|` spelling)
+        _form(forms),
+        BeforeValidator(_one_form(classes, forms, what, short)),
+        ShortForms(*short_schemas),
+    ]

@@ -14,8 +14,15 @@ import torch
 
 from attention_core.harness.languages import expr
 from attention_core.harness.reading.fields import MAX_CASE_ELEMENTS, FieldError, parse_expression, spec_function
-from attention_core.harness.reading.model import (CallCheck, DrawInput, ExprCheck, ExprInput, LiteralInput,
-                                          OracleExpectation, PrintedInput)
+from attention_core.harness.reading.model import (
+    CallCheck,
+    DrawInput,
+    ExprCheck,
+    ExprInput,
+    LiteralInput,
+    OracleExpectation,
+    PrintedInput,
+)
 from attention_core.harness.text import first_given, quote, shorten
 
 
@@ -49,6 +56,7 @@ def settle(case, context):
 
 def _default_assignment():
     from attention_core.harness.reading.assignment import default  # noqa: PLC0415 (the assignment reads the harness's fields)
+
     return default()
 
 
@@ -58,18 +66,26 @@ def _graded(check, at, assignment):
     name, graded = check.function, assignment.graded
     entry = graded.get(name)
     if entry is None and name in expr.BUILTINS:
-        raise Misplaced((*at, "call"), f"'call' must call one graded function or class of the assignment "
-                                       f"({', '.join(graded) or 'none'}); {quote(name)} is a builtin: use 'expr' for "
-                                       f"the document's own arithmetic")
+        raise Misplaced(
+            (*at, "call"),
+            f"'call' must call one graded function or class of the assignment "
+            f"({', '.join(graded) or 'none'}); {quote(name)} is a builtin: use 'expr' for "
+            f"the document's own arithmetic",
+        )
     if entry is None:
         close = difflib.get_close_matches(name, list(graded), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise Misplaced((*at, "call"), f"unknown function {quote(name)}{hint} (the assignment grades "
-                                       f"{', '.join(graded) or 'nothing'})")
+        raise Misplaced(
+            (*at, "call"),
+            f"unknown function {quote(name)}{hint} (the assignment grades {', '.join(graded) or 'nothing'})",
+        )
     made = expr.makes_instance(check.call.tree)
     if entry.is_class and not made:
-        raise Misplaced((*at, "call"), f"{name} is a class: make an instance and call it, "
-                                       f"`{name}({', '.join(p.name for p in entry.params)})(...)`")
+        raise Misplaced(
+            (*at, "call"),
+            f"{name} is a class: make an instance and call it, "
+            f"`{name}({', '.join(p.name for p in entry.params)})(...)`",
+        )
     if made and not entry.is_class:
         raise Misplaced((*at, "call"), f"{name} is a function, not a class: call it once, `{name}(...)`")
     if check.state is not None and not entry.is_class:
@@ -79,8 +95,11 @@ def _graded(check, at, assignment):
     helpers = {n for n, g in graded.items() if not g.is_class}
     unknown = sorted(check.call.calls - {name} - set(expr.BUILTINS) - helpers)
     if unknown:
-        raise Misplaced((*at, "call"), f"the arguments of `{shorten(check.call.source, 60)}` call {quote(unknown[0])}, "
-                                       f"which is neither a builtin nor a function of the assignment")
+        raise Misplaced(
+            (*at, "call"),
+            f"the arguments of `{shorten(check.call.source, 60)}` call {quote(unknown[0])}, "
+            f"which is neither a builtin nor a function of the assignment",
+        )
     return entry
 
 
@@ -94,8 +113,11 @@ def _inputs(case):
             raise Misplaced(at, f"input {quote(name)} is a seeded draw ({item.draw}) but the case has no 'seed'")
         total += elements(item)
         if total > MAX_CASE_ELEMENTS:
-            raise Misplaced(at, f"input {quote(name)} takes the case's inputs to {total} elements; the budget "
-                                f"is {MAX_CASE_ELEMENTS} elements for all of a case's inputs together")
+            raise Misplaced(
+                at,
+                f"input {quote(name)} takes the case's inputs to {total} elements; the budget "
+                f"is {MAX_CASE_ELEMENTS} elements for all of a case's inputs together",
+            )
         known.add(name)
     return known
 
@@ -120,17 +142,23 @@ def _check(check, at, inputs, case_source, case_points, case_visibility, assignm
     graded = isinstance(check, CallCheck)
     entry = _graded(check, at, assignment) if graded else None
     if entry is not None and entry.is_class and seed is None and check.state is None:
-        raise Misplaced((*at, "call"), f"`{shorten(check.call.source, 60)}` makes a {check.function} from the case's "
-                                       f"seeded stream, as a notebook's torch.manual_seed then {check.function}(...) "
-                                       f"does: give the case a 'seed'")
+        raise Misplaced(
+            (*at, "call"),
+            f"`{shorten(check.call.source, 60)}` makes a {check.function} from the case's "
+            f"seeded stream, as a notebook's torch.manual_seed then {check.function}(...) "
+            f"does: give the case a 'seed'",
+        )
     returns = check.returns or (entry.returns if graded else ("out",))
     if len(set(returns)) != len(returns):
         raise Misplaced((*at, "returns"), f"'returns' names a result twice: {', '.join(returns)}")
     if graded and assignment.builtin and len(returns) != len(entry.returns):
         wanted = entry.returns
-        raise Misplaced((*at, "returns"), f"{check.function} returns {len(wanted)} "
-                                          f"value{'s' if len(wanted) > 1 else ''} ({', '.join(wanted)}): "
-                                          f"'returns' must name {len(wanted)}, not {len(returns)}")
+        raise Misplaced(
+            (*at, "returns"),
+            f"{check.function} returns {len(wanted)} "
+            f"value{'s' if len(wanted) > 1 else ''} ({', '.join(wanted)}): "
+            f"'returns' must name {len(wanted)}, not {len(returns)}",
+        )
     clash = [n for n in returns if n in inputs]
     if clash:
         raise Misplaced((*at, "returns"), f"'returns' name {quote(clash[0])} is already an input's name")
@@ -142,8 +170,9 @@ def _check(check, at, inputs, case_source, case_points, case_visibility, assignm
         try:
             parsed = parse_expression(target)
         except FieldError as err:
-            raise Misplaced(where, f"expectation target {err.message}", key=True, line=err.line,
-                            column=err.column) from None
+            raise Misplaced(
+                where, f"expectation target {err.message}", key=True, line=err.line, column=err.column
+            ) from None
         _defined(parsed, scope, where, "expectation target", key=True)
         if isinstance(expectation, OracleExpectation):  # a class call's oracle reads its instance as `self`
             made = {"self"} if entry is not None and entry.is_class else set()
@@ -152,26 +181,41 @@ def _check(check, at, inputs, case_source, case_points, case_visibility, assignm
     if check.erratum is not None and check.erratum.differs is not None:
         _differs(check, check.erratum.differs, (*at, "erratum", "differs"), inputs, returns, assignment.graded)
     if isinstance(check, ExprCheck) and check.points:
-        raise Misplaced((*at, "points"), "an 'expr' check is never graded, so it has no points "
-                                         "(give points to a graded 'call' check)")
+        raise Misplaced(
+            (*at, "points"),
+            "an 'expr' check is never graded, so it has no points (give points to a graded 'call' check)",
+        )
     points = first_given(check.points, case_points, 1.0) if graded else 0.0
     source = check.source.under(case_source) if check.source is not None else case_source
     changes = {"mode": check.mode or assignment.settings.mode} if entry is not None and entry.is_class else {}
-    return check.updated({**changes, "returns": tuple(returns), "points": points, "source": source,
-                          "visibility": first_given(check.visibility, case_visibility, "visible")})
+    return check.updated(
+        {
+            **changes,
+            "returns": tuple(returns),
+            "points": points,
+            "source": source,
+            "visibility": first_given(check.visibility, case_visibility, "visible"),
+        }
+    )
 
 
 def _differs(check, differs, where, inputs, returns, graded):
     """The correct computation of an erratum: a call of the check's own spec function, or spec-free arithmetic."""
     if isinstance(check, CallCheck) and spec_function(differs) != check.function:
-        raise Misplaced(where, f"erratum 'differs' must be a call of the same spec function as the check, "
-                               f"{check.function}(...), so that it returns the call's results "
-                               f"({', '.join(returns)}); got `{shorten(differs.source, 60)}`")
+        raise Misplaced(
+            where,
+            f"erratum 'differs' must be a call of the same spec function as the check, "
+            f"{check.function}(...), so that it returns the call's results "
+            f"({', '.join(returns)}); got `{shorten(differs.source, 60)}`",
+        )
     called = sorted(differs.calls & set(graded))
     if isinstance(check, ExprCheck) and called:
-        raise Misplaced(where, f"erratum 'differs' of an 'expr' check is the document's own arithmetic and may not "
-                               f"call the spec function {called[0]}; spec functions are graded, and are called "
-                               f"only in a check's 'call'")
+        raise Misplaced(
+            where,
+            f"erratum 'differs' of an 'expr' check is the document's own arithmetic and may not "
+            f"call the spec function {called[0]}; spec functions are graded, and are called "
+            f"only in a check's 'call'",
+        )
     _defined(differs, inputs, where, "erratum 'differs'")
 
 
@@ -180,5 +224,9 @@ def _defined(parsed, known, where, what, *, key=False):
     if unknown:
         unknown = sorted(unknown)
         names = shorten(", ".join(sorted(known)) or "nothing", 200)
-        raise Misplaced(where, f"{what} `{shorten(parsed.source, 60)}` uses {', '.join(map(quote, unknown))}, "
-                               f"which is not defined before it (known: {names})", key=key)
+        raise Misplaced(
+            where,
+            f"{what} `{shorten(parsed.source, 60)}` uses {', '.join(map(quote, unknown))}, "
+            f"which is not defined before it (known: {names})",
+            key=key,
+        )

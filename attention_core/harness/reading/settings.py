@@ -23,8 +23,20 @@ from attention_core.harness.reading.fields import MAX_POINTS, VISIBILITIES
 from attention_core.harness.text import escape, shorten
 
 CALL_TIMEOUT, BUDGET, POINTS, GRADIENT_POINTS, PROPERTY_POINTS = 5.0, 60.0, 1.0, 1.0, 1.0
-PROPERTY_KINDS = ("rows_sum_to_one", "causal", "permutation", "permutation_rows", "shift", "one_head", "split_merge",
-                  "constant", "moments", "batched", "large_inputs", "deterministic")
+PROPERTY_KINDS = (
+    "rows_sum_to_one",
+    "causal",
+    "permutation",
+    "permutation_rows",
+    "shift",
+    "one_head",
+    "split_merge",
+    "constant",
+    "moments",
+    "batched",
+    "large_inputs",
+    "deterministic",
+)
 Points = Annotated[float, Field(ge=0, le=MAX_POINTS, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
@@ -46,26 +58,35 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, title="attention-core assignment settings")
     title: Annotated[str, Field(max_length=200)] | None = None
-    graded: list[Identifier] | None = Field(None, description="the names graded (default: every public function "
-                                                                "and nn.Module class of reference.py)")
+    graded: list[Identifier] | None = Field(
+        None, description="the names graded (default: every public function and nn.Module class of reference.py)"
+    )
     returns: dict[Identifier, list[Identifier]] = Field(
-        default_factory=dict, description="the names of a graded name's results (default: read from its return "
-                                          "statement, else 'out')")
+        default_factory=dict,
+        description="the names of a graded name's results (default: read from its return statement, else 'out')",
+    )
     points: Points = Field(POINTS, description="points of a check whose case file gives none")
     gradient_points: Points = Field(GRADIENT_POINTS, description="points of each backward check (0: none)")
     visibility: Literal[VISIBILITIES] = "visible"
     call_timeout: Seconds = Field(CALL_TIMEOUT, description="seconds one call may take")
     budget: Seconds = Field(BUDGET, description="seconds one submission may take in all")
-    mode: Literal["eval", "train"] = Field("eval", description="the mode a module is called in, unless a case "
-                                                                "says 'mode'")
-    property_points: Points | None = Field(None, description="points of each property check (0: none but those "
-                                                             "checks: gives points; not given: shown as feedback "
-                                                             "worth 0 points)")
+    mode: Literal["eval", "train"] = Field(
+        "eval", description="the mode a module is called in, unless a case says 'mode'"
+    )
+    property_points: Points | None = Field(
+        None,
+        description="points of each property check (0: none but those "
+        "checks: gives points; not given: shown as feedback "
+        "worth 0 points)",
+    )
     properties: dict[Identifier, list[Literal[PROPERTY_KINDS]]] = Field(
-        default_factory=dict, description="per graded name, the properties it is checked for (default: every "
-                                          "one its reference holds; [] for none)")
+        default_factory=dict,
+        description="per graded name, the properties it is checked for (default: every "
+        "one its reference holds; [] for none)",
+    )
     checks: dict[Annotated[str, Field(max_length=400)], Override] = Field(
-        default_factory=dict, description="per file, case or check: points, gradient_points, visibility")
+        default_factory=dict, description="per file, case or check: points, gradient_points, visibility"
+    )
 
     def override(self, check_id):
         """What ``checks:`` sets for ``check_id`` (``file/case/check``, or a property's id): each key from the
@@ -107,8 +128,10 @@ def unknown_checks(path, settings, check_ids):
         line, column = yaml_lines.locate(tree, ("checks", key), key=True)
         close = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        problems.append(f"{escape(str(path))}:{line}:{column}: checks: {shorten(key)!r} names no file, case or check "
-                        f"of the assignment's cases{hint}")
+        problems.append(
+            f"{escape(str(path))}:{line}:{column}: checks: {shorten(key)!r} names no file, case or check "
+            f"of the assignment's cases{hint}"
+        )
     return problems
 
 
@@ -120,8 +143,11 @@ def shadowed_points(path, settings, items):
         if item.error is not None or item.check.kind != "call":
             continue
         found = settings.overriding(item.id).get("points")
-        if found is not None and float(found[0]) != float(item.check.points) and \
-                float(item.check.points) != float(settings.points):
+        if (
+            found is not None
+            and float(found[0]) != float(item.check.points)
+            and float(item.check.points) != float(settings.points)
+        ):
             shadowing.setdefault(found[1], []).append(item)
     if not shadowing:
         return []
@@ -131,9 +157,11 @@ def shadowed_points(path, settings, items):
         line, column = yaml_lines.locate(tree, ("checks", key), key=True)
         first = shadowed[0]
         more = f" (and {len(shadowed) - 1} more checks)" if len(shadowed) > 1 else ""
-        problems.append(f"{escape(str(path))}:{line}:{column}: checks: {shorten(key)!r} gives "
-                        f"{settings.checks[key].points:g} points to {shorten(first.id, 120)}{more}, over the "
-                        f"{first.check.points:g} its case file gives: the case file's number is not used")
+        problems.append(
+            f"{escape(str(path))}:{line}:{column}: checks: {shorten(key)!r} gives "
+            f"{settings.checks[key].points:g} points to {shorten(first.id, 120)}{more}, over the "
+            f"{first.check.points:g} its case file gives: the case file's number is not used"
+        )
     return problems
 
 

@@ -98,8 +98,12 @@ class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]  # a base chosen at
             return super().construct_object(node, deep)
         except (ValueError, TypeError, OverflowError) as err:  # PyYAML's constructors: !!int abc, 0x_
             tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-            raise CaseError(None, node.start_mark.line + 1, f"cannot read {shorten(node.value)!r} as {escape(tag)}: "
-                                                            f"{shorten(str(err))}", column=node.start_mark.column + 1)
+            raise CaseError(
+                None,
+                node.start_mark.line + 1,
+                f"cannot read {shorten(node.value)!r} as {escape(tag)}: {shorten(str(err))}",
+                column=node.start_mark.column + 1,
+            ) from None
 
 
 def _content_at(loader, event):
@@ -139,8 +143,12 @@ class _Builder:
         value, _ = self.value(loader.get_event(), 1)
         loader.get_event()  # the document's end
         if not loader.check_event(yaml.StreamEndEvent):
-            raise yaml.composer.ComposerError("expected a single document in the stream", start.start_mark,
-                                              "but found another document", loader.get_event().start_mark)
+            raise yaml.composer.ComposerError(
+                "expected a single document in the stream",
+                start.start_mark,
+                "but found another document",
+                loader.get_event().start_mark,
+            )
         return value
 
     def value(self, event, depth):
@@ -160,10 +168,16 @@ class _Builder:
             made = (self.mapping if kind is _MAPPING else self.sequence)(event, depth)
             if made[1] > MAX_NODES:
                 if not self.aliased:  # a file simply that large: no alias to blame
-                    raise _at(event, f"this value holds more than {MAX_NODES} values; the limit is {MAX_NODES} for "
-                                     f"a whole file (draw large tensors from a seed instead)")
-                raise _at(event, f"YAML aliases expand this value to more than {MAX_NODES} values; the limit is "
-                                 f"{MAX_NODES} for a whole file")
+                    raise _at(
+                        event,
+                        f"this value holds more than {MAX_NODES} values; the limit is {MAX_NODES} for "
+                        f"a whole file (draw large tensors from a seed instead)",
+                    )
+                raise _at(
+                    event,
+                    f"YAML aliases expand this value to more than {MAX_NODES} values; the limit is "
+                    f"{MAX_NODES} for a whole file",
+                )
             self.open.discard(event.anchor)
         if event.anchor is not None:
             self.anchors[event.anchor] = made
@@ -190,8 +204,9 @@ class _Builder:
         if tag == _STR:
             value = text
         else:
-            value = self.loader.construct_object(yaml.ScalarNode(tag, text, event.start_mark, event.end_mark,
-                                                                 event.style), deep=True)
+            value = self.loader.construct_object(
+                yaml.ScalarNode(tag, text, event.start_mark, event.end_mark, event.style), deep=True
+            )
             if isinstance(value, float):
                 value, why = read_float(text.replace("_", ""), value, ".inf (or -.inf)")
                 value = OutOfRange(value, why) if why else value
@@ -225,8 +240,12 @@ class _Builder:
                 break
             if kind is not _SCALAR and kind is not _ALIAS:
                 raise _at(key_event, "a mapping key must be a plain word")
-            is_merge = kind is _SCALAR and key_event.value == "<<" and key_event.tag is None \
+            is_merge = (
+                kind is _SCALAR
+                and key_event.value == "<<"
+                and key_event.tag is None
                 and loader.resolve(yaml.ScalarNode, "<<", key_event.implicit) == _MERGE
+            )
             key, n = (None, 1) if is_merge else self.value(key_event, depth)
             value_event = get()
             value, m = self.value(value_event, depth)
@@ -273,20 +292,29 @@ def _at(event, message):
 
 
 def _unknown_tag(loader, node):
-    raise CaseError(None, node.start_mark.line + 1, f"unknown YAML tag {shorten(node.tag)!r}: a case file is plain "
-                                                    f"YAML, without tags", column=node.start_mark.column + 1)
+    raise CaseError(
+        None,
+        node.start_mark.line + 1,
+        f"unknown YAML tag {shorten(node.tag)!r}: a case file is plain YAML, without tags",
+        column=node.start_mark.column + 1,
+    )
 
 
 # YAML 1.2's core schema, not PyYAML's YAML 1.1 one: `1:30` and `yes` are text, `010` is ten, `1e-7` is a
 # number, a date is text. Only numbers, booleans and null are read; everything else is text.
 _Loader.yaml_implicit_resolvers = {}
 for _tag, _pattern, _first in (
-        ("merge", r"^(?:<<)$", "<"),  # YAML 1.1's merge key stays: case files share inputs with it
-        ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-        ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
-        ("int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
-        ("float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
-                  r"|\.(?:nan|NaN|NAN))$", "-+0123456789.")):
+    ("merge", r"^(?:<<)$", "<"),  # YAML 1.1's merge key stays: case files share inputs with it
+    ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    (
+        "float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+        r"|\.(?:nan|NaN|NAN))$",
+        "-+0123456789.",
+    ),
+):
     _Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(_pattern), list(_first))
 
 
@@ -311,10 +339,14 @@ def read(path, shown):
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        before = data[:err.start]
+        before = data[: err.start]
         line, column = before.count(b"\n") + 1, err.start - (before.rfind(b"\n") + 1) + 1
-        raise CaseError(shown, line, f"the file is not UTF-8 text: byte 0x{data[err.start]:02x} cannot be read "
-                                     f"(save the file as UTF-8)", column=column) from None
+        raise CaseError(
+            shown,
+            line,
+            f"the file is not UTF-8 text: byte 0x{data[err.start]:02x} cannot be read (save the file as UTF-8)",
+            column=column,
+        ) from None
     try:
         return parse(text)
     except CaseError as err:
@@ -327,14 +359,26 @@ def read_bytes(path, shown):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     except OSError as err:
-        why = "a link that leads nowhere" if path.is_symlink() and isinstance(err, FileNotFoundError) else \
-            "a link loop" if err.errno == errno.ELOOP else f"{type(err).__name__}: {shorten(str(err))}"
+        why = (
+            "a link that leads nowhere"
+            if path.is_symlink() and isinstance(err, FileNotFoundError)
+            else "a link loop"
+            if err.errno == errno.ELOOP
+            else f"{type(err).__name__}: {shorten(str(err))}"
+        )
         raise CaseError(shown, 1, f"the file could not be read: {why}") from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            kind = "a folder" if stat.S_ISDIR(status.st_mode) else "a FIFO" if stat.S_ISFIFO(status.st_mode) \
-                else "a device" if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode) else "no plain file"
+            kind = (
+                "a folder"
+                if stat.S_ISDIR(status.st_mode)
+                else "a FIFO"
+                if stat.S_ISFIFO(status.st_mode)
+                else "a device"
+                if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode)
+                else "no plain file"
+            )
             raise CaseError(shown, 1, f"the file could not be read: it is {kind}; a case file is a plain file")
         if status.st_size > MAX_BYTES:
             raise CaseError(shown, 1, f"the file is {status.st_size} bytes; the limit is {MAX_BYTES}")
@@ -358,7 +402,7 @@ def parse(text):
         # 1024 characters ahead, so it may answer before MAX_DEPTH is reached. The text up to where it stopped
         # holds every level it opened: read alone, MAX_DEPTH answers at the level it refuses.
         try:
-            _parse(text[:err.index])
+            _parse(text[: err.index])
         except CaseError as first:
             if first.message == _TOO_DEEP:
                 raise first from None
@@ -384,21 +428,32 @@ def _parse(text):
         if err.problem == "exceeded maximum nesting depth" and mark is not None:
             raise _TooDeepForLibyaml(mark) from None
         opened = err.context_mark
-        where = (f" opened at line {opened.line + 1}, column {opened.column + 1},"
-                 if err.context and opened is not None and opened.line != mark.line else "")
+        where = (
+            f" opened at line {opened.line + 1}, column {opened.column + 1},"
+            if err.context and opened is not None and opened.line != mark.line
+            else ""
+        )
         problem = " ".join(p for p in (err.context and err.context + where, err.problem) if p)
         if err.problem == "found character that cannot start any token" and mark is not None:
             # libyaml leaves the character out of its message; Python's reader names it: say which
             found = text[mark.index] if mark.index < len(text) else ""
             tab = " (a tab: YAML indents with spaces)" if found == "\t" else ""
             problem = problem.replace("found character", f"found character {found!r}{tab}")
-        raise CaseError(None, mark.line + 1 if mark else 1, f"YAML syntax error: {escape(problem)}",
-                        column=mark.column + 1 if mark else None) from None
+        raise CaseError(
+            None,
+            mark.line + 1 if mark else 1,
+            f"YAML syntax error: {escape(problem)}",
+            column=mark.column + 1 if mark else None,
+        ) from None
     except yaml.reader.ReaderError as err:  # a character YAML does not allow, at its position in the text
-        before = text[:err.position]
+        before = text[: err.position]
         line, column = before.count("\n") + 1, err.position - (before.rfind("\n") + 1) + 1
-        raise CaseError(None, line, f"the character {escape(chr(err.character))} (U+{err.character:04X}) is not "
-                                    f"allowed in YAML: remove it", column=column) from None
+        raise CaseError(
+            None,
+            line,
+            f"the character {escape(chr(err.character))} (U+{err.character:04X}) is not allowed in YAML: remove it",
+            column=column,
+        ) from None
     except yaml.YAMLError as err:
         raise CaseError(None, 1, f"YAML error: {shorten(str(err))}") from None
     except RecursionError:
