@@ -65,7 +65,7 @@ def places(tree, graded):
         if owner is not None:
             found += [Place(owner, index, slip) for slip in slips(node, contexts[owner])]
             if id(node) not in making:  # (a class's layers are made with the reference's parameters anyway)
-                found += [Place(owner, index, slip) for slip in operators(node, tuple(graded))]
+                found += [Place(owner, index, slip) for slip in operators(node, tuple(graded), contexts[owner].norms)]
     return found
 
 

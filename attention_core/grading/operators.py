@@ -73,6 +73,8 @@ LOOK_ALIKE = {  # a call's name -> (the name put in its place, the sentence, the
         "the sine and the cosine are in each other's place",
         "Use the sine where the formula has it, the cosine where it has the cosine.",
     ),
+    "gelu": ("relu", "`relu` where GELU belongs", "Use GELU there (F.gelu), not ReLU."),
+    "relu": ("gelu", "`gelu` where ReLU belongs", "Use ReLU there (F.relu), not GELU."),
     "silu": (
         "sigmoid",
         "`sigmoid` where SiLU belongs: the gate is sigmoid(x), not x * sigmoid(x)",
@@ -81,8 +83,9 @@ LOOK_ALIKE = {  # a call's name -> (the name put in its place, the sentence, the
 }
 
 
-def operators(node, owner_names=()):
-    """The general slips that can be made at ``node``; ``owner_names``: the graded names (a student's terms)."""
+def operators(node, owner_names=(), norms=frozenset()):
+    """The general slips that can be made at ``node``; ``owner_names``: the graded names (a student's terms);
+    ``norms``: the layers of its class that normalise (``self.ln1 = nn.LayerNorm(d)``)."""
     found = []
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _FLIPPED:
         flipped, was, now = _FLIPPED[type(node.ops[0])]
@@ -99,7 +102,8 @@ def operators(node, owner_names=()):
     if isinstance(node, ast.Call):
         name = _name(node)
         found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
-        found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node)
+        found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node, norms)
+        found += _axes_reordered(node, name)
         if name == "abs" and len(node.args) == 1 and not node.keywords:
             found.append(
                 Slip(
@@ -111,7 +115,7 @@ def operators(node, owner_names=()):
             )
     if isinstance(node, ast.BinOp):
         found += _dropped_terms(node) + _constant_moved_out(node) + _layers_swapped(node) + _one_off(node)
-        found += _factor_unused(node) + _division_missing(node)
+        found += _factor_unused(node) + _division_missing(node) + _multiplied_for_divided(node)
         if isinstance(node.op, ast.Sub) and not _constant(node.left) and not _constant(node.right):
             found.append(
                 Slip(
@@ -131,9 +135,11 @@ def operators(node, owner_names=()):
             )
         )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        found += _norm_order_back(node)
+        found += _norm_order_back(node, norms)
+    if isinstance(node, ast.Assign):
+        found += _unpacked_in_another_order(node)
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
-        found += _siblings(node, owner_names) + _pre_norm(node)
+        found += _siblings(node, owner_names) + _pre_norm(node, norms)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
         found += _parameter_swapped(node)
     return found
@@ -613,24 +619,28 @@ POST_NORM = (
 )
 
 
-def _norm_order(node):
+def _normalises(layer, norms):
+    return bool(layer) and (layer in norms or "norm" in layer.lower())
+
+
+def _norm_order(node, norms=frozenset()):
     """``self.norm(x + y)`` as ``x + self.norm(y)``: the residual added after the normalisation."""
     layer = _layer_call(node)
     inner = node.args[0] if layer else None
-    if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and "norm" in layer.lower()):
+    if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and _normalises(layer, norms)):
         return []
     normed = ast.Call(copy.deepcopy(node.func), [inner.right], [])
     return [Slip("residual_after_norm", *POST_FOR_PRE, ast.BinOp(inner.left, ast.Add(), normed))]
 
 
-def _norm_order_back(node):
+def _norm_order_back(node, norms=frozenset()):
     """``x + f(self.norm(x))`` (pre-norm) as ``self.norm(x + f(x))`` (post-norm)."""
     if not isinstance(node.left, ast.Name):
         return []
     found = []
     for call in ast.walk(node.right):
         layer = _layer_call(call)
-        if layer and "norm" in layer.lower() and isinstance(call.args[0], ast.Name) and call.args[0].id == node.left.id:
+        if _normalises(layer, norms) and isinstance(call.args[0], ast.Name) and call.args[0].id == node.left.id:
             right = copy.deepcopy(node.right)
             for inner in ast.walk(right):
                 for field, value in ast.iter_fields(inner):
@@ -643,7 +653,7 @@ def _norm_order_back(node):
     return found
 
 
-def _pre_norm(holder):
+def _pre_norm(holder, norms=frozenset()):
     """A post-norm block, ``h = self.norm(x + y)`` with ``y`` computed from ``x`` before it, made pre-norm: the
     statements from ``x``'s last assignment up to it read ``self.norm(x)`` for ``x``, and it becomes ``h = x + y``;
     each block alone, and every block of the body at once (a layer written pre-norm throughout)."""
@@ -653,8 +663,7 @@ def _pre_norm(holder):
         layer = _layer_call(value) if value is not None else None
         inner = value.args[0] if layer else None
         if (
-            layer
-            and "norm" in layer.lower()
+            _normalises(layer, norms)
             and isinstance(inner, ast.BinOp)
             and isinstance(inner.op, ast.Add)
             and isinstance(inner.left, ast.Name)
@@ -742,4 +751,94 @@ def _factor_unused(node):
                     kept,
                 )
             )
+    return found
+
+
+_DIVIDED_MULTIPLIED = {
+    ast.Div: (
+        ast.Mult,
+        "multiplied_for_divided",
+        "multiplied where it should be divided (a * b where a / b belongs)",
+        "Divide there, as the formula does.",
+    ),
+    ast.Mult: (
+        ast.Div,
+        "divided_for_multiplied",
+        "divided where it should be multiplied (a / b where a * b belongs)",
+        "Multiply there, as the formula does.",
+    ),
+}
+
+
+def _multiplied_for_divided(node):
+    """``a / b`` as ``a * b`` (and back), ``b`` not a constant nor a square root (the scale's own slips); a product
+    with a parameter is left alone (a scale or a gain multiplies)."""
+    if not isinstance(node.op, (ast.Div, ast.Mult)) or _constant(node.right) or _constant(node.left):
+        return []
+    if isinstance(node.right, ast.Call) and _name(node.right) in ("sqrt", "rsqrt"):
+        return []
+    if isinstance(node.op, ast.Mult) and (_self_attribute(node.right) or _self_attribute(node.left)):
+        return []
+    other, kind, sentence, fix = _DIVIDED_MULTIPLIED[type(node.op)]
+    return [Slip(kind, sentence, fix, ast.BinOp(node.left, other(), node.right))]
+
+
+def _axes_reordered(node, name):
+    """Two neighbouring axes of a ``permute`` in each other's place: patches read column by column where the rows
+    come first, a tensor's channels last where they come first."""
+    if name != "permute" or node.keywords or len(node.args) < 3:
+        return []
+    axes = [_number(a) for a in node.args]
+    if any(a is None for a in axes):
+        return []
+    found = []
+    for i in range(len(axes) - 1):
+        changed = copy.deepcopy(node)
+        changed.args[i], changed.args[i + 1] = copy.deepcopy(node.args[i + 1]), copy.deepcopy(node.args[i])
+        found.append(
+            Slip(
+                "axes_reordered",
+                "two axes of a permute are in each other's place (the tensor's dimensions come out in the wrong order)",
+                "Order the axes as the formula's layout asks.",
+                changed,
+            )
+        )
+    return found
+
+
+SPLITS = ("chunk", "split", "unbind", "tensor_split")
+
+
+def _unpacked_in_another_order(node):
+    """``q, k, v = qkv.chunk(3, -1)`` (or ``= qkv[0], qkv[1], qkv[2]``) as ``k, q, v = ...``: the pieces of a split
+    taken in another order."""
+    target = node.targets[0] if len(node.targets) == 1 else None
+    if not (
+        isinstance(target, ast.Tuple)
+        and 2 <= len(target.elts) <= 4
+        and all(isinstance(e, ast.Name) for e in target.elts)
+    ):
+        return []
+    value = node.value
+    split = isinstance(value, ast.Call) and _name(value) in SPLITS
+    indexed = (
+        isinstance(value, ast.Tuple)
+        and len(value.elts) == len(target.elts)
+        and all(isinstance(e, ast.Subscript) for e in value.elts)
+    )
+    if not (split or indexed):
+        return []
+    found = []
+    for i in range(len(target.elts) - 1):
+        changed = copy.deepcopy(node)
+        elts = changed.targets[0].elts
+        elts[i], elts[i + 1] = elts[i + 1], elts[i]
+        found.append(
+            Slip(
+                "pieces_in_another_order",
+                "the pieces a tensor is split into are taken in another order (two of them in each other's place)",
+                "Take the pieces in the order the tensor holds them.",
+                changed,
+            )
+        )
     return found

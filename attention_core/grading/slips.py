@@ -89,10 +89,18 @@ class Context:
     layers: frozenset = frozenset()
     weights: frozenset = frozenset()
     sizes: frozenset = frozenset()
+    norms: frozenset = frozenset()  # the layers that normalise (made by a class whose name holds "Norm")
 
 
 def context_of(top):
     layers, weights, sizes = set(), set(), set()
+    norms = {
+        t.attr
+        for node in ast.walk(top)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and "norm" in _name(node.value).lower()
+        for t in node.targets
+        if _self_attribute(t)
+    }
     for node in ast.walk(top):
         if (
             isinstance(node, ast.Call)
@@ -115,7 +123,7 @@ def context_of(top):
                     )
                 ):
                     sizes.add(statement.targets[0].attr)
-    return Context(frozenset(layers), frozenset(weights), frozenset(sizes))
+    return Context(frozenset(layers), frozenset(weights), frozenset(sizes), frozenset(norms))
 
 
 def _self_attribute(node):
