@@ -26,7 +26,12 @@ from attention_core.report import html as report
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line that says what to do: a misspelt option gets the
-    nearest one the command has, and the usage is left to ``--help``."""
+    nearest one the command has, and the usage is left to ``--help``. An abbreviated option is misspelt:
+    ``--verbos`` is refused, not taken for ``--verbose`` (a later option could make it mean another)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         hint = ""
@@ -100,10 +105,56 @@ def main(argv: list[str] | None = None) -> int:
         "expectations recorded, the template, no solution",
     )
     kit.add_argument("kit", type=Path, metavar="KIT", help="the folder to write (it must not exist)")
+    kit.add_argument(
+        "--github-classroom",
+        action="store_true",
+        help="also write GitHub Classroom's autograding workflow (a step per case file, worth its visible points), "
+        "the requirements it installs and the hand-out as attention_student.py, the file it grades",
+    )
     zipped = commands.add_parser(
         "gradescope-bundle", parents=[common], help="write the zip a Gradescope autograder is built from"
     )
     zipped.add_argument("zip", type=Path, metavar="OUT.zip", help="the zip to write")
+    learn = commands.add_parser(
+        "prairielearn", parents=[common], help="write a PrairieLearn question graded by this harness (external grading)"
+    )
+    learn.add_argument(
+        "question", type=Path, metavar="OUT", help="the question's folder (new, or one this wrote: brought up to date)"
+    )
+    learn.add_argument(
+        "--image",
+        default=None,
+        metavar="NAME",
+        help="the image info.json names, built from OUT/Dockerfile and pushed to Docker Hub "
+        "(default: attention-core-grader:torch-VERSION)",
+    )
+    learn.add_argument(
+        "--job-timeout",
+        type=int,
+        default=None,
+        metavar="S",
+        help="seconds PrairieLearn gives one grading job, at most 600 (default: twice the assignment's budget, and 30)",
+    )
+    for made in (zipped, learn):
+        made.add_argument(
+            "--torch",
+            default=None,
+            metavar="VERSION",
+            help="the torch release the image installs (default: the one this runs with, the expectations' own)",
+        )
+    job = commands.add_parser(
+        "prairielearn-grade",
+        parents=[common],
+        help="grade ROOT/student into ROOT/results/results.json (what a PrairieLearn question's grading job runs)",
+    )
+    job.add_argument("--root", type=Path, default=Path("/grade"), metavar="ROOT", help="the job's folder (/grade)")
+    job.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds grading may take; past them the submission is not graded and costs no attempt (default 570)",
+    )
     grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
     grade.add_argument(
         "submissions",
@@ -197,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_authoring_commands(commands, common)
     args = parser.parse_args(argv)
+    if args.command == "prairielearn-grade":  # it reads the assignment itself: a results.json also where it cannot
+        from attention_core.grading import prairielearn  # noqa: PLC0415
+
+        where = {"assignment": getattr(args, "assignment", None), "cases": getattr(args, "cases", None)}
+        return prairielearn.main(args.root, **where, time_limit=args.time_limit)
     try:
         args.assignment_loaded = chosen = chosen_assignment(args)
     except ValueError as err:  # an assignment folder, its reference or its assignment.yaml that cannot be used
@@ -220,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         from attention_core.grading import adequacy  # noqa: PLC0415
 
         return adequacy.report(adequacy.assess(chosen), verbose=args.adequacy_verbose)
-    if args.command in ("student-kit", "gradescope-bundle"):  # what the students get: the settings as meant
+    if args.command in ("student-kit", "gradescope-bundle", "prairielearn"):  # what students get: the settings as meant
         problems = chosen.settings_problems(runner.collect(chosen.cases, chosen))
         if problems:
             print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
@@ -228,12 +284,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "student-kit":
         from attention_core.kit import write_kit  # noqa: PLC0415
 
-        return write_kit(chosen, args.kit)
+        return write_kit(chosen, args.kit, github_classroom=args.github_classroom)
     if args.command == "gradescope-bundle":
         from attention_core.grading.autograder import bundle  # noqa: PLC0415
 
-        print(f"wrote {bundle(args.zip, Path(__file__).resolve().parent.parent, assignment=chosen)}", file=sys.stderr)
+        try:
+            written = bundle(args.zip, Path(__file__).resolve().parent.parent, assignment=chosen, torch=args.torch)
+        except ValueError as err:  # a --torch that is not a release
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote {written}", file=sys.stderr)
         return 0
+    if args.command == "prairielearn":
+        from attention_core.grading.prairielearn import question_command  # noqa: PLC0415
+
+        project = Path(__file__).resolve().parent.parent
+        return question_command(
+            args.question, project, chosen, torch=args.torch, image=args.image, timeout=args.job_timeout
+        )
     folder = chosen.cases
     if not folder.is_dir():
         parser.error(f"--cases {folder}: no such folder")

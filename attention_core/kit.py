@@ -11,6 +11,9 @@
     KIT/template.py       the hand-out (and template.ipynb)
     KIT/README.md         how to check a file: pytest --assignment KIT --impl FILE
 
+With ``--github-classroom``, also GitHub Classroom's autograding workflow, the requirements it installs and the
+hand-out as the file it grades (``grading/classroom.py``).
+
 A check whose arguments call another graded function needs the reference to make them: it is left
 out of the kit (the teacher's grading still has it), and the README says how many.
 """
@@ -29,13 +32,15 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from attention_core.authoring.record import round_trip
-from attention_core.grading import worth
+from attention_core.grading import classroom, worth
+from attention_core.grading.template import FILE_NAME
 from attention_core.harness.checking import calls, runner
 from attention_core.harness.reading.assignment import KIT_FILE
 
 
-def write_kit(assignment, kit, out=None):
-    """Write the kit of ``assignment`` into the new folder ``kit``; 0, or 2 when it cannot be written."""
+def write_kit(assignment, kit, out=None, *, github_classroom=False):
+    """Write the kit of ``assignment`` into the new folder ``kit`` (with GitHub Classroom's files where
+    ``github_classroom``); 0, or 2 when it cannot be written."""
     out = out or sys.stdout
     kit = Path(kit)
     if kit.exists():
@@ -55,7 +60,11 @@ def write_kit(assignment, kit, out=None):
         return 2
     building = Path(tempfile.mkdtemp(prefix=f".{kit.name}-", dir=kit.parent))  # renamed to KIT once whole
     try:
-        kept, left = _build(assignment, items, building)
+        kept, left = _build(assignment, items, building, github_classroom=github_classroom)
+    except classroom.ClassroomError as err:
+        shutil.rmtree(building, ignore_errors=True)
+        print(f"error: --github-classroom: {err}", file=sys.stderr)
+        return 2
     except Exception as err:  # noqa: BLE001 (a check the reference cannot compute: no half-written kit)
         shutil.rmtree(building, ignore_errors=True)
         print(f"error: the kit could not be made: {type(err).__name__}: {err}", file=sys.stderr)
@@ -65,13 +74,18 @@ def write_kit(assignment, kit, out=None):
     print(
         f"{kit}: {kept} visible check{'s' * (kept != 1)}"
         + (f", {left} left out (hidden, or needing the reference)" if left else "")
-        + f"; students run: pytest --assignment {kit} --impl FILE",
+        + f"; students run: pytest --assignment {kit} --impl FILE"
+        + (
+            f"; GitHub Classroom: commit its files as the template repository (it grades {FILE_NAME})"
+            if github_classroom
+            else ""
+        ),
         file=out,
     )
     return 0
 
 
-def _build(assignment, items, kit):
+def _build(assignment, items, kit, *, github_classroom=False):
     """Write the kit's files into the folder ``kit``; (checks kept, checks left out)."""
     (kit / "cases").mkdir(parents=True)
     kept, left = 0, 0
@@ -91,6 +105,10 @@ def _build(assignment, items, kit):
     (kit / "template.py").write_text(assignment_template(assignment), encoding="utf-8")
     (kit / "template.ipynb").write_text(assignment_template(assignment, fmt="ipynb"), encoding="utf-8")
     (kit / "README.md").write_text(_readme(assignment, kept, left), encoding="utf-8")
+    if github_classroom:
+        steps = classroom.write(kit)
+        with open(kit / "README.md", "a", encoding="utf-8") as readme:
+            readme.write(_classroom_readme(steps))
     return kept, left
 
 
@@ -238,7 +256,23 @@ def _readme(assignment, kept, left):
         f"Implement {names} in one file (start from `template.py`, or `template.ipynb`), then check it "
         f"against the visible worked examples:\n\n"
         f"```sh\npytest --assignment . --impl my_solution.py\n```\n\n"
-        f"Each failing check says what was expected and what your code returned. This checks values only: "
+        f"Each failing check says what was expected and what your code returned. The run ends with a line "
+        f"`points: X / Y`: the points of the checks that passed (a failed one earns 0) out of those of all the "
+        f"checks here; `--points-json FILE` writes them check by check. This checks values only: "
         f"when your teacher grades, each call's gradients are checked too (no `.detach()`, no change to "
         f"the tensors you are given).\n{missing}"
+    )
+
+
+def _classroom_readme(steps):
+    rows = "".join(f"| `cases/{name}.yaml` | {points} |\n" for name, points in steps)
+    return (
+        f"\n## GitHub Classroom\n\n"
+        f"Write your answers in `{FILE_NAME}` and push: each push runs `.github/workflows/classroom.yml`, which "
+        f"installs `requirements.txt` and checks that file as above, one case file at a time. A case file's "
+        f"points are yours when every one of its checks passes:\n\n"
+        f"| case file | points |\n|---|---|\n{rows}\n"
+        f"To check it as the workflow does, on your own machine:\n\n"
+        f"```sh\npython -m pip install -r requirements.txt\n{classroom.command(steps[0][0])}\n```\n\n"
+        f"(`-k '[NAME/'` selects the checks of `cases/NAME.yaml`; leave it out to run them all.)\n"
     )

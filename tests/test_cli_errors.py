@@ -42,6 +42,13 @@ def test_a_misspelt_option_gets_the_nearest_one(tmp_path):
     assert run.returncode == 2 and _one_line(run) and "did you mean --jobs?" in run.stderr
 
 
+def test_an_abbreviated_option_is_refused_not_taken_for_the_one_it_begins(tmp_path):
+    run, _ = cli("check", "--verbos")
+    assert run.returncode == 2 and _one_line(run) and "did you mean --verbose?" in run.stderr
+    run, _ = cli("grade", "x.py", "--out", tmp_path, "--regrad")
+    assert run.returncode == 2 and _one_line(run) and "did you mean --regrade?" in run.stderr
+
+
 def test_new_on_an_existing_file_suggests_nothing_the_command_lacks(tmp_path):
     (tmp_path / "x.yaml").write_text("")
     run, _ = cli("new", "--cases", tmp_path, "x")

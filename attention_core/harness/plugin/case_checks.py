@@ -35,13 +35,10 @@ from attention_core.harness.plugin.snapshot import TensorSnapshotExtension, snap
 def test_case(case_check, device, snapshot, case_snapshots, case_functions, request):
     """One check on one device; a passing check of the project's own cases is compared with its snapshot.
 
-    The check's points go into the test's properties (``--junitxml`` writes them; appended as the
-    ``record_property`` fixture does, without its warning for junit's default family).
+    The check's points go into the test's properties (``--junitxml`` writes them): the plugin sets them
+    (``harness/plugin/points.py``).
     """
     result = runner.run(case_check, device=device, functions=case_functions)
-    if case_check.error is None:
-        points = float(case_check.check.points or 0)
-        request.node.user_properties += [("points", points if result.passed else 0.0), ("max_points", points)]
     if not result.passed:
         pytest.fail(render(result, traceback=request.config.get_verbosity() > 0), pytrace=False)
     if case_snapshots:

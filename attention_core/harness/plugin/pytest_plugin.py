@@ -5,7 +5,8 @@ the package is installed, with or without a conftest. It adds ``--cases`` and ``
 parametrises a test that asks for ``case_check`` and ``device`` with ids
 ``<file>/<case>/<check>-<device>`` and the ``case`` mark (a file or case that fails to load
 becomes one failing item of its own), and one that asks for ``graded_check`` and
-``low_dtype`` with each graded check in float16 and bfloat16.
+``low_dtype`` with each graded check in float16 and bfloat16. Each case check carries its points, and a run
+with ``--impl`` ends with the points of the visible ones (``harness/plugin/points.py``).
 
 The case checks are ``harness/plugin/case_checks.py``'s ``test_case``. A project that keeps snapshots
 imports it into ``tests/test_cases.py``; where no collected module holds it (a course's
@@ -22,6 +23,7 @@ import torch
 
 from attention_core.harness.checking import runner
 from attention_core.harness.checking.devices import DEVICES, covered, skip_reason
+from attention_core.harness.plugin import points
 
 # The module holding test_case. Marked before anything imports it: its snapshot assert,
 # rewritten, fails with syrupy's diff.
@@ -65,6 +67,13 @@ def pytest_addoption(parser):
         help="folder of case files (default: the project's cases/); its checks are not "
         "compared with snapshots unless it is cases/ at the rootdir",
     )
+    group.addoption(
+        "--points-json",
+        default=None,
+        metavar="PATH",
+        help="write the points of the visible graded checks to PATH as JSON, check by check (with --impl the "
+        "run also ends with a line 'points: X / Y')",
+    )
 
 
 def pytest_configure(config):
@@ -82,6 +91,10 @@ def pytest_configure(config):
     impl = config.getoption("--impl")
     if impl is not None and not Path(impl).exists():
         raise pytest.UsageError(f"--impl {impl}: no such file or folder")
+    written = config.getoption("--points-json")
+    if written is not None and not Path(written).parent.is_dir():
+        raise pytest.UsageError(f"--points-json {written}: {Path(written).parent}: no such folder")
+    config.pluginmanager.register(points.Tally(config, lambda: _chosen(config)), TALLY)
     if impl is not None and config.getoption("update_snapshots", False):
         raise pytest.UsageError(
             "--snapshot-update with --impl: snapshots record the reference core, "
@@ -100,6 +113,7 @@ def pytest_configure(config):
 
 _ITEMS = pytest.StashKey[list]()
 _ASSIGNMENT = pytest.StashKey[object]()
+TALLY = "attention_core_points"  # the name the run's points.Tally is registered under
 
 
 def _assignment(config):
@@ -114,6 +128,13 @@ def _assignment(config):
 
             config.stash[_ASSIGNMENT] = assignment.load(folder, need_reference=False)
     return config.stash[_ASSIGNMENT]
+
+
+def _chosen(config):
+    """The run's Assignment: ``--assignment``'s, else the built-in one."""
+    from attention_core.harness.reading import assignment  # noqa: PLC0415
+
+    return _assignment(config) or assignment.default()
 
 
 def _cases_folder(config):
@@ -178,11 +199,8 @@ def case_functions(request):
     if impl is None:
         yield None
         return
-    from attention_core.harness.reading import assignment  # noqa: PLC0415
-
-    chosen = _assignment(request.config) or assignment.default()
     try:
-        with _implementations()(Path(impl), chosen) as functions:
+        with _implementations()(Path(impl), _chosen(request.config)) as functions:
             yield functions
     except ValueError as err:
         pytest.fail(f"--impl {impl}: {err}", pytrace=False)
@@ -287,7 +305,8 @@ MAX_LISTED = 200  # failures and errors the end of a run lists; past it, a count
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter):
     """A run of thousands of failures lists the first MAX_LISTED of each kind at its end, then how many
-    more (pytest's own summary of failures grows with their square: 30,000 would take an hour)."""
+    more (pytest's own summary of failures grows with their square: 30,000 would take an hour); then, with
+    ``--impl``, the points line (the last before pytest's counts)."""
     stats = terminalreporter.stats
     cut = {kind: stats[kind] for kind in ("failed", "error") if len(stats.get(kind, ())) > MAX_LISTED}
     for kind, reports in cut.items():
@@ -301,6 +320,9 @@ def pytest_terminal_summary(terminalreporter):
                 f"{len(reports) - MAX_LISTED} more {kind} not listed above (the first "
                 f"{MAX_LISTED} are; -x stops at the first, -k selects some)"
             )
+        tally = terminalreporter.config.pluginmanager.get_plugin(TALLY)
+        if tally is not None:
+            tally.write_line(terminalreporter)
 
 
 def pytest_generate_tests(metafunc):
