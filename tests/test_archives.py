@@ -52,6 +52,30 @@ def test_an_entry_that_escapes_or_links_refuses_the_whole_zip(tmp_path, entries,
     assert not (tmp_path / "evil.py").exists() and not (tmp_path / "x").exists()  # nothing unpacked
 
 
+def test_a_zip_written_by_writestr_with_permission_bits_alone_is_read(tmp_path):
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("attention.py", CORRECT)  # mode 0o600: no file type in the bits
+        z.writestr(zipfile.ZipInfo("bob/"), "")
+    assert (zipfile.ZipFile(path).infolist()[0].external_attr >> 16) == 0o600
+    unpacked = archives.unpack(path, tmp_path / "a")
+    assert (unpacked / "attention.py").read_text() == CORRECT
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_LZMA, zipfile.ZIP_BZIP2])
+def test_a_stream_that_fails_to_decompress_is_the_zip_s_own_error(tmp_path, method):
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w", method) as z:
+        z.writestr("attention.py", CORRECT * 20)
+    data = bytearray(path.read_bytes())
+    start = data.index(b"attention.py") + len("attention.py")  # the local header's name, then the stream
+    for i in range(start + 20, start + 60):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    with pytest.raises(archives.ArchiveError, match="the zip cannot be read"):
+        archives.unpack(path, tmp_path / "a")
+
+
 def test_a_zip_bomb_and_a_flood_of_entries_are_refused_before_unpacking(tmp_path, monkeypatch):
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:

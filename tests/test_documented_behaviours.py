@@ -183,6 +183,7 @@ def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_pat
     rows = list(csv.reader((tmp_path / "gradebook.csv").open()))
     assert rows == [
         ["submission", "score", "max_score", "f/c/a", "f/c/b"],
+        ["Points Possible", "3", "3", "1", "2"],
         ["alice", "1.5", "3", "1", "0.5"],
         ["bob", "2", "3", "0", "2"],
     ]

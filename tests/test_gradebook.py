@@ -9,13 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from attention_core.grading import ids
 from attention_core.grading.gradescope import write_gradebook
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
 
 
 def _graded(name, **scores):
-    grades = [SimpleNamespace(check_id=check, score=score) for check, score in scores.items()]
+    grades = [SimpleNamespace(check_id=check, score=score, max_score=2.0) for check, score in scores.items()]
     return SimpleNamespace(name=name, score=sum(scores.values()), max_score=2.0 * len(scores), grades=grades)
 
 
@@ -30,6 +31,7 @@ def test_a_second_batch_replaces_its_own_rows_and_keeps_the_others(tmp_path):
     write_gradebook([_graded("carol", a=2.0, c=1.0), _graded("alice", a=2.0, b=2.0)], book)
     assert _rows(book) == [
         ["submission", "score", "max_score", "a", "b", "c"],
+        ["Points Possible", "4", "4", "2", "2", "2"],  # as Canvas's and Gradescope's exports have it
         ["alice", "4", "4", "2", "2", ""],
         ["bob", "2", "4", "0", "2", ""],
         ["carol", "3", "4", "2", "", "1"],
@@ -41,7 +43,11 @@ def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):
     book = tmp_path / "gradebook.csv"
     book.write_text("name,grade\nzed,3\n", encoding="utf-8")
     write_gradebook([_graded("alice", a=1.0)], book)
-    assert _rows(book) == [["submission", "score", "max_score", "a"], ["alice", "1", "2", "1"]]
+    assert _rows(book) == [
+        ["submission", "score", "max_score", "a"],
+        ["Points Possible", "2", "2", "2"],
+        ["alice", "1", "2", "1"],
+    ]
 
 
 @pytest.mark.grading
@@ -68,7 +74,7 @@ def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_pa
             cwd=tmp_path,
         )  # HEAD lies outside
         assert run.returncode == 0, run.stderr[-2000:]
-    rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
+    rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[2:]}
     assert rows == {
         str(HEAD / "submissions" / "correct"): ["6", "6"],
         str(HEAD / "submissions" / "unscaled"): ["0", "6"],
@@ -179,7 +185,7 @@ def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_
     assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == written  # left untouched
     (subs / "unscaled.py").write_text((HEAD / "submissions" / "correct.py").read_text() + "\n# fixed\n")
     assert "graded 1, skipped 1 as unchanged" in grade()
-    rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[1:]}
+    rows = {row[0]: row[1:3] for row in _rows(out / "gradebook.csv")[2:]}
     assert rows == {str(subs / "correct"): ["6", "6"], str(subs / "unscaled"): ["6", "6"]}
     assert "graded 2" in grade("--regrade")
 
@@ -211,7 +217,7 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
             cwd=tmp_path,
         )
         assert run.returncode == 0, run.stderr[-2000:]
-    rows = {row[0] for row in _rows(out / "gradebook.csv")[1:]}
+    rows = {row[0] for row in _rows(out / "gradebook.csv")[2:]}
     assert rows == {"alice/attention", "carol/attention"}  # alice's, then carol's; alice again: her own, skipped
     assert "skipped 1 as unchanged" in run.stderr
 
@@ -229,5 +235,23 @@ def test_no_cell_of_a_csv_the_batch_writes_starts_a_formula_and_reading_it_back_
         with (tmp_path / written).open(newline="", encoding="utf-8") as handle:
             raw = [cell for row in csv.reader(handle) for cell in row]
         assert not any(cell.startswith(cells.FORMULA) for cell in raw if not cells._number(cell)), (written, raw)
-    rows, _ = _existing_rows(tmp_path / "gradebook.csv")
+    rows, _, _ = _existing_rows(tmp_path / "gradebook.csv")
     assert list(rows) == names  # a regrade reads every name back as it was
+
+
+def test_ids_that_only_look_alike_are_told_in_the_gradebook_s_notes_and_a_row_key_can_be_the_platform_s(tmp_path):
+    book = tmp_path / "gradebook.csv"
+    names = ["bob", "bob\u3164", "b\u043eb", "alice"]  # a Hangul filler after it; a Cyrillic o in it
+    alike = ids.look_alikes(names)
+    assert set(alike) == {"bob", "bob\u3164", "b\u043eb"} and alike["bob"] == ["bob\u3164", "b\u043eb"]
+    notes = {name: f"looks like {', '.join(others)}" for name, others in alike.items()}
+    write_gradebook([_graded(n, a=1.0) for n in names], book, keys={"alice": "12345"}, notes=notes)
+    rows = _rows(book)
+    assert rows[0] == ["submission", "score", "max_score", "a", "notes"]
+    assert rows[1] == ["Points Possible", "2", "2", "2", ""]
+    by_key = {row[0]: row for row in rows[2:]}
+    assert by_key["12345"][-1] == "" and "alice" not in by_key
+    assert by_key["b\u043eb"][-1] == "looks like bob, bob\u3164"
+    write_gradebook([_graded("carol", a=2.0)], book)  # read back: the notes and the points possible stay
+    again = {row[0]: row for row in _rows(book)[2:]}
+    assert again["b\u043eb"][-1] == "looks like bob, bob\u3164" and again["carol"][-1] == ""

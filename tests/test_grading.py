@@ -87,7 +87,8 @@ def batch(tmp_path_factory):
     code = main(["grade", *paths, "--out", str(out), "--jobs", "2"])
     results = {name: json.loads((folder(out, name) / "results.json").read_text(encoding="utf-8")) for name in files}
     with (out / "gradebook.csv").open(encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+        possible, *rows = list(csv.DictReader(handle))
+    assert possible["submission"] == "Points Possible"
     return results, rows, code
 
 

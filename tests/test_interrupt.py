@@ -44,7 +44,7 @@ def _session(sid):
 
 def _rows(path):
     with path.open(newline="") as handle:
-        return [row[0] for row in csv.reader(handle)][1:]
+        return [row[0] for row in csv.reader(handle)][2:]  # (the header, then Points Possible)
 
 
 @pytest.mark.grading
@@ -118,7 +118,7 @@ def test_a_batch_stopped_with_sigterm_with_two_grader_processes_stops_too(tmp_pa
     while len(list(out.rglob("record.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     batch.send_signal(signal.SIGTERM)  # to the batch's own process alone
-    _, stderr = batch.communicate(timeout=60)
+    _, stderr = batch.communicate(timeout=30)
     assert batch.returncode == 130 and "terminated: graded" in stderr, stderr
     assert _processes_in_session(batch.pid) == []
     assert sorted(map(last_part, _rows(out / "gradebook.csv"))) == sorted(
@@ -154,3 +154,76 @@ def test_a_second_batch_into_the_same_out_is_refused_while_the_first_runs(tmp_pa
     assert run.returncode == 2
     assert "is being written by another grading batch (pid 4242)" in run.stderr
     assert not (out / "s").exists()  # nothing graded, nothing written
+
+
+def _made(tmp_path, correct, fifos):
+    """(a folder of submissions: ``correct`` files holding the correct answer, ``fifos`` named pipes; --out)."""
+    subs = tmp_path / "subs"
+    for name in correct:
+        (subs / name).parent.mkdir(parents=True, exist_ok=True)
+        (subs / name).write_text((HEAD / "submissions" / "correct.py").read_text())
+    for name in fifos:
+        os.mkfifo(subs / name)
+    return subs, tmp_path / "out"
+
+
+# The batch with the guard of regular.py taken away: its set-up thread opens a FIFO as a zip and waits there for good.
+_UNGUARDED = (
+    "import sys\n"
+    "from attention_core import cli\n"
+    "from attention_core.grading import regular\n"
+    "regular.special = lambda path: None\n"
+    "regular.open_regular = lambda path, shown=None: open(path, 'rb')\n"
+    "sys.exit(cli.main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.grading
+def test_sigterm_ends_a_batch_within_two_seconds_while_a_thread_is_blocked_on_a_fifo(tmp_path):
+    subs, out = _made(tmp_path, correct=("a_correct.py", "c_correct.py"), fifos=("b_mallory.zip",))
+    command = [sys.executable, "-c", _UNGUARDED, "grade", "--assignment", str(HEAD), "--property-points", "0"]
+    command += [*map(str, sorted(subs.iterdir())), "--out", str(out)]
+    batch = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while not list(out.rglob("record.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the FIFO's set-up is under way: a thread waits in open() for a writer that never comes
+    assert batch.poll() is None, batch.communicate()
+    batch.send_signal(signal.SIGTERM)
+    _, stderr = batch.communicate(timeout=30)  # (it waited for good before; it ends within 2 s here, unloaded)
+    assert batch.returncode == 130 and "terminated: graded" in stderr, stderr
+    assert _processes_in_session(batch.pid) == []
+    assert "a_correct" in map(last_part, _rows(out / "gradebook.csv"))
+    with open(out / ".grading.lock", "a+") as lock:  # released: another batch may write there now
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+@pytest.mark.grading
+def test_a_fifo_a_socket_and_a_folder_holding_a_fifo_are_each_their_own_zero_row(tmp_path):
+    import socket  # noqa: PLC0415
+
+    subs, out = _made(tmp_path, correct=("alice.py", "dirsub/a.py"), fifos=("mallory.zip", "eve.py", "dirsub/b.py"))
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(subs / "sock.py"))
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0"]
+            + [str(subs / n) for n in ("alice.py", "mallory.zip", "eve.py", "dirsub", "sock.py")]
+            + ["--out", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        server.close()
+    assert run.returncode == 0, run.stderr
+    with (out / "gradebook.csv").open(newline="") as handle:
+        rows = {last_part(row[0]): row[1:3] for row in list(csv.reader(handle))[1:]}
+    assert rows["alice"][0] == rows["alice"][1]
+    for name, what in (("mallory", "a FIFO"), ("eve", "a FIFO"), ("dirsub", "a FIFO"), ("sock", "a socket")):
+        assert float(rows[name][0]) == 0, name
+        said = next(out.rglob(f"submissions/**/{name}/results.json")).read_text()
+        assert f"is {what}" in said, said

@@ -53,6 +53,25 @@ def test_a_bulk_download_s_file_name_says_whose_it_is(name, owner):
     assert lms.owner_of(name) == owner
 
 
+def test_a_moodle_full_name_that_holds_another_participant_s_pattern_never_takes_that_participant_s_grade(tmp_path):
+    sheet = tmp_path / "worksheet.csv"
+    rows = _rows(SAMPLES / "moodle_worksheet.csv")
+    rows.append(["Participant 405", "Mallory_302_assignsubmission_file_x", "m@example.edu", "", "", "10.00"])
+    with sheet.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+    roster = lms.read_roster(sheet)
+    mallory = "Mallory_302_assignsubmission_file_x_405_assignsubmission_file_attention.py"
+    assert lms.owner_of(mallory, roster) == lms.Owner(
+        lms.MOODLE, "405", "Mallory_302_assignsubmission_file_x", False, "attention.py"
+    )
+    assert lms.owner_of("John Doe_302_assignsubmission_file_attention.py", roster).student == "302"
+    assert lms.owner_of(mallory) is None  # without a roster: two places it could split, neither taken
+    # A file name that claims a participant whose roster name is not the one it starts with is no one's.
+    assert lms.owner_of("Mallory_302_assignsubmission_file_attention.py", roster) is None
+    # Moodle's cleaned file names: case, spaces and punctuation aside, the roster's name.
+    assert lms.owner_of("jane-smith_301_assignsubmission_file_a.py", roster).student == "301"
+
+
 def test_a_file_that_is_no_roster_is_refused_with_one_line_before_anything_is_graded(tmp_path):
     (tmp_path / "roster.csv").write_text("name,score\nalice,3\n")
     (tmp_path / "s.py").write_text(CORRECT)

@@ -6,9 +6,11 @@ result in-process under a fresh name (the run's reports go to ``sys.stderr``, wh
 
 import importlib.util
 import itertools
+import json
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import traceback
 
@@ -354,3 +356,31 @@ def test_windows_line_endings_keep_the_line_numbers(load):
         "notebook: cell 1, line 4: ValueError: line 4",
     ]
     assert module.after == 1
+
+
+def test_a_notebook_of_40000_stored_outputs_is_read_without_parsing_them(tmp_path):
+    """Stored outputs are never run: they are dropped before nbformat reads (and validates) the notebook,
+    which took a grader from 438 MB to 2.1 GB on this notebook when it validated them."""
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "x = 1\n"}
+    outputs = [{"output_type": "stream", "name": "stdout", "text": ""}] * 40_000
+    notebook = {"cells": [{**cell, "outputs": outputs}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "big.ipynb"
+    path.write_text(json.dumps(notebook))
+    measure = (
+        "import resource, sys\n"
+        "from attention_core.grading import notebooks\n"
+        "source = notebooks.module_source(sys.argv[1])\n"
+        "assert \"'x = 1\\\\n'\" in source, source\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", measure, str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) < 400_000, f"{int(run.stdout) // 1024} MB to read it"  # KiB: the parse alone
+
+
+def test_more_cells_than_any_notebook_holds_are_refused_before_parsing(tmp_path):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ""}] * (notebooks.MAX_ALL_CELLS + 1)
+    path = tmp_path / "many.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    with pytest.raises(notebooks.NotebookError, match=f"over the limit of {notebooks.MAX_ALL_CELLS}"):
+        notebooks.module_source(path)

@@ -38,7 +38,10 @@ def test_a_linked_submission_is_never_followed_and_gets_its_own_row(tmp_path):
     assert scores["linked"][0] == "0" and scores["folder"][0] == "0"
     for name in ("linked", "folder"):
         output = json.loads((folder(tmp_path / "out", name) / "results.json").read_text())["output"]
-        assert "is a symbolic link; a submission is read as data, and its links are never followed" in output
+        assert (
+            "is a symbolic link; a submission is read as data, regular files in folders, and its links are never followed"
+            in output
+        )
 
 
 @pytest.mark.grading
@@ -120,7 +123,9 @@ def test_submission_ids_are_their_paths_never_reach_outside_out_nor_the_batchs_o
         "subs/ev\\x1b[31mil": full,
     }
     with open(tmp_path / "out" / "gradebook.csv", encoding="utf-8") as handle:
-        assert sorted(row["submission"] for row in csv.DictReader(handle)) == sorted(scores)
+        rows = list(csv.DictReader(handle))
+    assert rows[0]["submission"] == "Points Possible"
+    assert sorted(row["submission"] for row in rows[1:]) == sorted(scores)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "subs"]  # nothing written beside --out
     out = tmp_path / "out"
     assert (out / "submissions" / "subs" / "...py" / "results.json").is_file()

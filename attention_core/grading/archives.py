@@ -3,7 +3,9 @@
 What students upload, and what learning platforms hand a teacher, is often a zip of a ``.py``, a
 notebook or a folder. It is read as data: at most :data:`MAX_FILES` entries and :data:`MAX_BYTES`
 unpacked (the sizes its directory declares, which reading never exceeds), no entry outside its folder
-(an absolute path or ``..``), no link, nothing but plain files and folders. A zip over a bound, or with
+(an absolute path or ``..``), no link, nothing but plain files and folders (an entry whose mode has
+permission bits alone, as ``ZipFile.writestr`` writes, is a file). The zip itself is a regular file (``regular.py``);
+whatever its reading raises (a corrupt deflate, LZMA or bzip2 stream) is :class:`ArchiveError`. A zip over a bound, or with
 an entry that escapes, is refused whole. Its files may lie at its root or in one folder inside it
 (``alice/attention.py``); the macOS resource forks a zip tool adds (``__MACOSX/``, ``.DS_Store``) are
 left out.
@@ -13,6 +15,9 @@ import os
 import stat
 import zipfile
 from pathlib import Path, PurePosixPath
+
+from attention_core.grading import regular
+from attention_core.harness.text import shorten
 
 MAX_BYTES = 100 << 20  # unpacked, all entries together
 MAX_FILES = 1000
@@ -31,7 +36,7 @@ def unpack(path, folder):
     """Unpack the zip at ``path`` into the empty ``folder``; the submission it holds: the one folder all its
     entries lie in, else ``folder`` itself. Raises :class:`ArchiveError` naming the problem."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with regular.open_regular(path, Path(path).name) as handle, zipfile.ZipFile(handle) as archive:
             members = [m for m in archive.infolist() if not _left_out(m.filename)]
             _check(members)
             for member in members:
@@ -43,18 +48,11 @@ def unpack(path, folder):
                 with archive.open(member) as source, open(target, "xb") as out:
                     while chunk := source.read(1 << 20):
                         out.write(chunk)
-    except ArchiveError:
+    except (ArchiveError, regular.NotRegular):
         raise
-    except (
-        zipfile.BadZipFile,
-        zipfile.LargeZipFile,
-        OSError,
-        EOFError,
-        RuntimeError,
-        ValueError,
-        NotImplementedError,
-    ) as err:
-        raise ArchiveError(f"the zip cannot be read: {type(err).__name__}: {err}") from None
+    except Exception as err:  # noqa: BLE001 (a bad header, a corrupt deflate, LZMA or bzip2 stream: the zip's)
+        said = shorten(" ".join(str(err).split()), 200)
+        raise ArchiveError(f"the zip cannot be read: {type(err).__name__}: {said}") from None
     entries = [p for p in Path(folder).iterdir()]
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else Path(folder)
 
@@ -73,10 +71,10 @@ def _check(members):
         name = member.filename
         parts = PurePosixPath(name).parts
         if name.startswith(("/", "\\")) or "\\" in name or ".." in parts or (parts and ":" in parts[0]):
-            raise ArchiveError(f"the zip's entry {name!r} would lie outside its folder")
-        mode = member.external_attr >> 16
-        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise ArchiveError(f"the zip's entry {shorten(repr(name), 120)} would lie outside its folder")
+        mode = member.external_attr >> 16  # (a zip made by ``writestr`` sets the permission bits alone: a file)
+        if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             kind = "a link" if stat.S_ISLNK(mode) else "not a plain file"
-            raise ArchiveError(f"the zip's entry {name!r} is {kind}: a submission is plain files")
+            raise ArchiveError(f"the zip's entry {shorten(repr(name), 120)} is {kind}: a submission is plain files")
         if os.sep != "/" and os.sep in name:
-            raise ArchiveError(f"the zip's entry {name!r} would lie outside its folder")
+            raise ArchiveError(f"the zip's entry {shorten(repr(name), 120)} would lie outside its folder")

@@ -16,6 +16,7 @@ import os
 import queue
 import signal
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +102,7 @@ def grade_command(
         if not free:
             return 2
         # A platform's files of one student: one submission, gathered into --out.
-        paths, owned, shown = lms.gathered(list(firsts.values()), out / lms.GATHERED)
+        paths, owned, shown = lms.gathered(list(firsts.values()), out / lms.GATHERED, students)
         return _graded_batch(
             paths,
             owned,
@@ -194,14 +195,28 @@ def _graded_batch(
         if not names:
             return 130
     scores = [graded_now.get(name) or kept[name] for name in names]
-    code = _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0)
+    keys = {  # with a roster, a row is its student's: the platform's id, the same from any working folder
+        name: owners[name].student
+        for name in names
+        if students is not None and owners.get(name) is not None and owners[name].student in students.by_id()
+    }
+    alike = ids.look_alikes(names)
+    notes = {name: f"its id only looks like {', '.join(others)}" for name, others in alike.items()}
+    if alike:
+        print(
+            f"warning: {len(alike)} submission ids only look like another's (letters of another script, invisible "
+            f"characters): {escape(', '.join(ascii(n) for n in sorted(alike)[:6]))}; the gradebook's notes say which",
+            file=stream,
+        )
+    code = _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0, keys, notes)
     if students is not None:
         lms.write_roster_files(students, scores, owners, chosen.name, out, report)
     return code
 
 
-def _summarise(scores, names, graded_now, out, stream, report, code):
-    """The gradebook, the class summary and the terminal's lines for ``scores``; returns ``code``."""
+def _summarise(scores, names, graded_now, out, stream, report, code, keys=None, notes=None):
+    """The gradebook (its rows keyed by ``keys``, with ``notes``), the class summary and the terminal's lines for
+    ``scores``; returns ``code``."""
     skipped = len(names) - len(graded_now)
     print(
         f"graded {len(graded_now)}, skipped {skipped} as unchanged (--regrade grades them again)"
@@ -209,7 +224,7 @@ def _summarise(scores, names, graded_now, out, stream, report, code):
         else f"graded {len(graded_now)}",
         file=stream,
     )
-    maximums = gradescope.write_gradebook(scores, out / "gradebook.csv")
+    maximums = gradescope.write_gradebook(scores, out / "gradebook.csv", keys, notes)
     glance = class_summary(scores, out / "summary.csv")
     (out / "summary.html").write_text(class_page(scores, glance), encoding="utf-8")
     if len(maximums) > 1:
@@ -486,10 +501,14 @@ def _in_processes(paths, names, out, cases, made, jobs, bar, on_graded):
         for process in processes:
             if not finished:
                 process.terminate()
+        # Each closes its worker server as it ends; stopped, a batch ends within seconds, whatever a process waits on
+        # (one killed, its worker server reads the end of its socket and ends its children).
+        deadline = time.monotonic() + (30.0 if finished else 1.5)
         for process in processes:
-            process.join(timeout=30)  # each closes its worker server as it ends
+            process.join(timeout=max(deadline - time.monotonic(), 0.01))
             if process.is_alive():
                 process.kill()
+                process.join(timeout=5)
     return scores
 
 

@@ -20,11 +20,26 @@ def flush_streams():
             pass
 
 
+ECHOED = 200  # characters of a submission's own text (a message, a line of its code) a report repeats
+
+
+def cut(text):
+    """``text`` within :data:`ECHOED` characters, an ellipsis where it was cut."""
+    return text if len(text) <= ECHOED else text[: ECHOED - 1] + "\u2026"
+
+
 def exception_text(e):
+    """The exception as one line, its message within :data:`ECHOED` characters (a SyntaxError: Python's lines
+    with the code line and its caret, each within them)."""
     try:
-        return "".join(traceback.format_exception_only(type(e), e)).strip()[:4000]
+        if isinstance(e, SyntaxError):
+            lines = "".join(traceback.format_exception_only(type(e), e)).strip().split("\n")
+            return "\n".join(cut(line) for line in lines[-4:])
+        message = " ".join(str(e).split())
     except Exception:
-        return type(e).__name__
+        message = ""
+    name = type(e).__name__
+    return f"{name}: {cut(message)}" if message else name
 
 
 class Child:
@@ -96,7 +111,7 @@ class Child:
             for f in traceback.extract_tb(e.__traceback__)
             if f.filename.startswith(prefix)
         ]
-        return [line for entry in traceback.format_list(kept) for line in entry.rstrip("\n").split("\n")]
+        return [cut(line) for entry in traceback.format_list(kept) for line in entry.rstrip("\n").split("\n")]
 
     def handle(self, message):
         if message.get("op") == "calls":  # several calls in one round trip: their replies in a list

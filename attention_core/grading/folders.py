@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from attention_core.grading import regular
 from attention_core.harness.text import escape
 
 READ_LIMIT = 2 << 20  # bytes of a file read to find what it defines
@@ -203,9 +204,9 @@ def _definitions(path, names):
     """(the graded ``names`` the file defines at its top level, {sibling module: the names imported from it, or
     None for all}); a file that cannot be parsed is read line by line."""
     try:
-        with open(path, "rb") as handle:
+        with regular.open_regular(path) as handle:
             data = handle.read(READ_LIMIT)
-    except OSError:
+    except (OSError, regular.NotRegular):
         return (), {}
     text = data.decode("utf-8", "replace")
     if path.suffix == NOTEBOOK:

@@ -10,11 +10,12 @@ tensors in place.
 
 import contextlib
 import functools
-import os
+import queue
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from attention_core.grading import (
     notebooks,
     own_mistakes,
     properties,
+    regular,
     replies,
     sandbox,
     wire,
@@ -149,26 +151,29 @@ class Grader(BackwardChecks, PropertyGrades):
         """
         paths = iter(paths)
         upcoming = None  # (path, the future of its set-up): the next submission
-        with ThreadPoolExecutor(1, thread_name_prefix="grading-server-chores") as chores:
+        chores, ended = Chores("grading-server-chores"), False
 
-            def calls_made(submission):
-                nonlocal upcoming
-                if submission is not None:
-                    chores.submit(submission.close)
-                following = next(paths, None)
-                if following is not None:  # (upcoming is None here: taken, or not yet set)
-                    upcoming = (Path(following), chores.submit(self._set_up, Path(following)))
+        def calls_made(submission):
+            nonlocal upcoming
+            if submission is not None:
+                chores.submit(submission.close)
+            following = next(paths, None)
+            if following is not None:  # (upcoming is None here: taken, or not yet set)
+                upcoming = (Path(following), chores.submit(self._set_up, Path(following)))
 
+        try:
             calls_made(None)
-            try:
-                while upcoming is not None:
-                    (path, future), upcoming = upcoming, None
-                    opened = future.result()  # (the one before it collected first)
-                    yield self._graded(path, self._on_a_live_server(path, opened), None, calls_made)
-            finally:
-                with contextlib.suppress(Exception):  # never in place of the exception that ends the batch
-                    if upcoming is not None and upcoming[1].result()[0] is not None:
-                        upcoming[1].result()[0].close()
+            while upcoming is not None:
+                (path, future), upcoming = upcoming, None
+                opened = future.result()  # (the one before it collected first)
+                yield self._graded(path, self._on_a_live_server(path, opened), None, calls_made)
+            ended = True
+        finally:
+            # Stopped (^C, SIGTERM, the caller's own end): a set-up still under way is not waited for.
+            with contextlib.suppress(Exception):  # never in place of the exception that ends the batch
+                if upcoming is not None and (ended or upcoming[1].done()) and upcoming[1].result()[0] is not None:
+                    upcoming[1].result()[0].close()
+            chores.close(wait=ended)
 
     def _on_a_live_server(self, path, opened):
         """``opened`` (see :meth:`_set_up`); where the grading server failed (it died, and the process set
@@ -184,13 +189,14 @@ class Grader(BackwardChecks, PropertyGrades):
     def _set_up(self, path):
         """(the submission's process, set up but not started, or None; why none; whether the server failed).
         A notebook is graded as the module that runs its code cells (``notebooks.py``), made here first."""
-        link = _first_link(path)
-        if link is not None:
+        found = regular.special(path)
+        if found is not None:
+            odd, what = found
             return (
                 None,
                 (
-                    f"the submission could not be opened: {escape(str(link))} is a symbolic link; a submission "
-                    f"is read as data, and its links are never followed"
+                    f"the submission could not be opened: {escape(str(odd))} is {what}; a submission is read as "
+                    f"data, regular files in folders, and its links are never followed"
                 ),
                 False,
             )
@@ -259,7 +265,7 @@ class Grader(BackwardChecks, PropertyGrades):
         problem = graded.note
         if submission is not None:
             graded.protections = submission.protections
-            printed = f"Printed at import:\n{submission.output}" if submission.output else ""
+            printed = f"Printed at import:\n{_printed(submission.output)}" if submission.output else ""
             graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem, printed]))
         for item, following in zip(self.items, [*self.items[1:], None]):
             if following is not None and functions is not None:
@@ -536,6 +542,18 @@ def points_command(assignment, options, out=None):
     return 0
 
 
+PRINTED_LINES = 50  # lines of what a submission printed at import that its feedback shows
+
+
+def _printed(output):
+    """What a submission printed: its first :data:`PRINTED_LINES` lines, each within 200 characters."""
+    lines = output.splitlines()
+    shown = [line if len(line) <= 200 else line[:199] + "…" for line in lines[:PRINTED_LINES]]
+    if len(lines) > PRINTED_LINES:
+        shown.append(f"… and {len(lines) - PRINTED_LINES} more lines")
+    return "\n".join(shown)
+
+
 def _said(err):
     """An exception in one line, within 200 characters of its text."""
     return f"{type(err).__name__}: {shorten(str(err), 200)}"
@@ -549,16 +567,35 @@ def _read_results(check):
     return [i for i, name in enumerate(check.returns) if name in read]
 
 
-def _first_link(path):
-    """The first symbolic link at or under ``path`` (its folders walked without following links), or None."""
-    if os.path.islink(path):
-        return path
-    if os.path.isdir(path):
-        for root, folders, files in os.walk(path, followlinks=False):
-            for name in sorted(folders + files):
-                if os.path.islink(os.path.join(root, name)):
-                    return Path(root, name)
-    return None
+class Chores:
+    """One daemon thread that runs what is submitted to it in turn, each with its Future. Unlike a
+    ThreadPoolExecutor's, its thread never holds up the process's end: a batch stopped while it waits (on
+    whatever it waits) ends at once."""
+
+    def __init__(self, name):
+        self._tasks = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, function, *args):
+        future = Future()
+        self._tasks.put((future, function, args))
+        return future
+
+    def close(self, wait=True):
+        """No more tasks; ``wait``: until those submitted are done."""
+        self._tasks.put(None)
+        if wait:
+            self._thread.join()
+
+    def _run(self):
+        while (task := self._tasks.get()) is not None:
+            future, function, args = task
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function(*args))
+                except BaseException as err:  # noqa: BLE001 (the Future carries it to the caller)
+                    future.set_exception(err)
 
 
 def _source(item):

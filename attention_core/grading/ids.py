@@ -17,6 +17,7 @@ a path) is written as its hash, under ``%long``.
 import collections
 import hashlib
 import os
+import unicodedata
 from pathlib import Path
 
 from attention_core.grading import archives, notebooks
@@ -36,7 +37,7 @@ def submission_ids(paths, shown=None, cwd=None):
     full = [_printable(_relative(shown.get(p, p), cwd)) for p in paths]
     short = [_without_extension(path, text) for path, text in zip(paths, full)]
     count = collections.Counter(short)
-    ids, used = [], set()
+    ids, used = [], {"Points Possible"}  # (the gradebook's row of each column's points)
     for text, whole in zip(short, full):
         unique = whole if count[text] > 1 else text
         base, n = unique, 1
@@ -105,3 +106,39 @@ def _without_extension(path, text):
     if not stem.strip("."):
         return text
     return f"{head}/{stem}" if head else stem
+
+
+# Letters of other scripts drawn as Latin ones (Unicode's confusables.txt, the lower and upper case letters of
+# Cyrillic and Greek whose prototype is one Latin letter): enough to tell "bob" from "b" + Cyrillic "о" + "b".
+_LATIN_LOOKS = str.maketrans(
+    "аᴀвсԁеһіјӏкмнорԛѕтսԝхуүΑΒΕΗΙΚΜΝΟΡΤΥΧΖαβεικνορτυχ",
+    "aabcdehijlkmhopqstuwxyyABEHIKMNOPTYXZaBeikvoptux",
+)
+
+
+def skeleton(text):
+    """What ``text`` looks like: NFKC-normalised, without the characters that show nothing
+    (Unicode's default-ignorable ones: a Hangul filler, a zero-width space) and with letters of other scripts
+    drawn as Latin ones read as those. Two ids with one skeleton read the same in a gradebook."""
+    shown = "".join(c for c in unicodedata.normalize("NFKC", text) if not _invisible(c))
+    return unicodedata.normalize("NFKC", shown.translate(_LATIN_LOOKS))
+
+
+def _invisible(char):
+    code = ord(char)
+    return (
+        unicodedata.category(char) in ("Cf", "Mn", "Me")
+        or code in (0x115F, 0x1160, 0x3164, 0xFFA0, 0x034F, 0x180B, 0x180C, 0x180D, 0x180E)
+        or 0xFE00 <= code <= 0xFE0F
+        or 0xE0000 <= code <= 0xE0FFF
+    )
+
+
+def look_alikes(ids):
+    """id -> the other ids of ``ids`` it only looks like (the same skeleton, not the same text)."""
+    groups = collections.defaultdict(list)
+    for one in ids:
+        groups[skeleton(one)].append(one)
+    return {
+        one: [other for other in group if other != one] for group in groups.values() if len(group) > 1 for one in group
+    }

@@ -39,7 +39,7 @@ from attention_core.harness.text import points as _points
 
 CANVAS, MOODLE = "canvas", "moodle"
 CANVAS_FILE = re.compile(r"^(?P<name>[a-z0-9]+)_(?P<late>late_)?(?P<id>\d+)_(?P<submission>\d+)_(?P<file>.+)$")
-MOODLE_FILE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_[a-z]+_(?P<file>.*)$")
+MOODLE_SPLIT = re.compile(r"_(?P<id>\d+)_assignsubmission_[a-z]+_")  # between the full name and the file name
 CANVAS_HEADER = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_ID, MOODLE_NAME, MOODLE_GRADE = "Identifier", "Full name", "Grade"
 MOODLE_FEEDBACK, MOODLE_MODIFIED, MOODLE_MAXIMUM = "Feedback comments", "Last modified (grade)", "Maximum Grade"
@@ -61,16 +61,35 @@ class Owner:
     file: str = ""  # the file's own name, as the student uploaded it
 
 
-def owner_of(path):
-    """The Owner a bulk download's file (or folder) name gives, or None."""
+def owner_of(path, roster=None):
+    """The Owner a bulk download's file (or folder) name gives, or None.
+
+    A Moodle name holds the student's full name, which may itself hold ``_<digits>_assignsubmission_``, as
+    may the uploaded file's name: each place the pattern is found is a candidate (full name, participant id).
+    With the ``roster``, the one candidate whose id is the roster's and whose name is that participant's
+    (compared without case, spaces or punctuation, as Moodle cleans file names) is the owner; without one,
+    a name with one candidate alone has an owner. A name that cannot be told is no one's: a submission
+    of its own, that matches no student."""
     name = Path(path).name
-    found = MOODLE_FILE.match(name)
-    if found:
-        return Owner(MOODLE, found["id"], found["name"], file=found["file"])
+    candidates = [
+        Owner(MOODLE, found["id"], name[: found.start()], file=name[found.end() :])
+        for found in MOODLE_SPLIT.finditer(name)
+        if found.start() > 0
+    ]
+    if candidates:
+        if roster is not None and roster.platform == MOODLE:
+            names = dict(zip(roster.ids, roster.names))
+            candidates = [c for c in candidates if c.student in names and _plain(c.name) == _plain(names[c.student])]
+        return candidates[0] if len(candidates) == 1 else None
     found = CANVAS_FILE.match(name)
     if found:
         return Owner(CANVAS, found["id"], found["name"], late=bool(found["late"]), file=found["file"])
     return None
+
+
+def _plain(name):
+    """A name without case, spaces or punctuation: a roster's full name and a file name's compared."""
+    return re.sub(r"[\W_]+", "", name).casefold()
 
 
 @dataclass
@@ -207,29 +226,29 @@ def _write(path, rows):
 GATHERED = ".gathered"  # in --out: a platform student's files, gathered into one folder (the same each run)
 
 
-def gathered(paths, scratch):
+def gathered(paths, scratch, roster=None):
     """(``paths`` with each platform student's several files (a Canvas or Moodle bulk download writes a
     submission of two files as two files) gathered into one folder in ``scratch``, under their own file
     names, every other path as it is; path -> its lms.Owner, where its name gives one; a gathered folder ->
     the path to name it by: ``<platform>-<student>`` beside the student's first file)."""
-    owned = {path: owner_of(path) for path in paths}
+    owned = {path: owner_of(path, roster) for path in paths}
     groups = collections.defaultdict(list)
     for path in paths:
-        owner = owner_of(path)
+        owner = owned[path]
         if owner is not None and Path(path).is_file() and not Path(path).is_symlink():
             groups[(owner.platform, owner.student)].append(Path(path))
     gathered, shown = {}, {}
     for (platform, student), files in groups.items():
         if len(files) < 2:
             continue
-        owner = owner_of(files[0])
+        owner = owned[files[0]]
         folder = scratch / f"{platform}-{student}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         owned[folder] = owner
         shown[folder] = files[0].parent / folder.name
         for file in files:
-            inner = owner_of(file)
+            inner = owned[file]
             target = folder / (Path(inner.file).name if inner.file else file.name)
             if target.exists() or not target.name.strip("."):
                 target = folder / file.name

@@ -17,19 +17,20 @@ its size is checked before anything is parsed. The cells' text reaches the gener
 as ``repr`` literals.
 """
 
-import errno
 import io
 import json
 import keyword
 import os
 import re
-import stat
 import tokenize
 import warnings
 from pathlib import Path
 
+from attention_core.grading import regular
+
 MAX_BYTES = 16 << 20  # a notebook file larger than this is refused
 MAX_CELLS = 2000  # more code cells than this is refused
+MAX_ALL_CELLS = 10 * MAX_CELLS  # more cells of any kind than this is refused (before any is parsed)
 MAX_CELL_CHARS = 1 << 20  # one cell's source longer than this is refused
 
 # A line magic, a shell line, or an assignment from one (``files = !ls``, ``t = %timeit f()``).
@@ -216,22 +217,14 @@ def _short(text):
 
 def _read_text(path, shown):
     """The file's text, read under the size bound without following a symbolic link or blocking."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise NotebookError(f"{shown}: is a symbolic link, which is not followed: hand in the file") from None
-        raise NotebookError(f"{shown}: cannot be opened: {error.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotebookError(f"{shown}: is {_kind(info.st_mode)}, not a notebook file")
-        if info.st_size > MAX_BYTES:
-            raise NotebookError(f"{shown}: is {info.st_size} bytes, over the limit of {MAX_BYTES}")
-        data = _read_at_most(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
+        with regular.open_regular(path, shown) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_BYTES:
+                raise NotebookError(f"{shown}: is {size} bytes, over the limit of {MAX_BYTES}")
+            data = handle.read(MAX_BYTES + 1)
+    except regular.NotRegular as error:
+        raise NotebookError(f"{shown}: {error.problem}") from None
     if len(data) > MAX_BYTES:  # it grew after the check
         raise NotebookError(f"{shown}: is over the limit of {MAX_BYTES} bytes")
     try:
@@ -240,38 +233,30 @@ def _read_text(path, shown):
         raise NotebookError(f"{shown}: is not UTF-8 text (byte {error.start} is not)") from None
 
 
-def _read_at_most(fd, limit):
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(limit - size, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
-def _kind(mode):
-    kinds = {
-        stat.S_ISDIR: "a folder",
-        stat.S_ISFIFO: "a FIFO",
-        stat.S_ISCHR: "a character device",
-        stat.S_ISBLK: "a block device",
-        stat.S_ISSOCK: "a socket",
-    }
-    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
-
-
 def _code_cells(text, shown):
-    """The code cells' sources, in order, under the limits on their number and length."""
+    """The code cells' sources, in order, under the limits on their number and length. The raw JSON is read
+    and its cells counted first; the stored outputs and attachments are dropped before nbformat reads (and
+    validates) what is left: outputs are never run, and 40,000 of them cost the parser gigabytes."""
     import nbformat  # noqa: PLC0415 (only a notebook needs it)
 
+    try:
+        raw = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise NotebookError(f"{shown}: {_parse_problem(error)}") from None
+    stored = _raw_cells(raw)
+    if len(stored) > MAX_ALL_CELLS:
+        raise NotebookError(f"{shown}: has {len(stored)} cells, over the limit of {MAX_ALL_CELLS}")
+    for cell in stored:
+        if isinstance(cell, dict):
+            cell.pop("attachments", None)
+            if "outputs" in cell:
+                cell["outputs"] = []
     try:
         # nbformat logs a schema violation and goes on; the structure read below is checked here. Its warnings
         # (cells without ids) are about the student's file, not for the teacher's terminal.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
+            notebook = nbformat.reads(json.dumps(raw), as_version=4, capture_validation_error={})
     except Exception as error:  # noqa: BLE001 (whatever the parser raises, the file is at fault)
         raise NotebookError(f"{shown}: {_parse_problem(error)}") from None
     cells = notebook.get("cells") if isinstance(notebook, dict) else None
@@ -290,7 +275,24 @@ def _code_cells(text, shown):
     return sources
 
 
+def _raw_cells(raw):
+    """Every cell dict of a notebook's raw JSON: format 4's ``cells``, or format 3's worksheets' cells."""
+    if not isinstance(raw, dict):
+        return []
+    cells = raw.get("cells")
+    if isinstance(cells, list):
+        return cells
+    sheets = raw.get("worksheets")
+    if isinstance(sheets, list):
+        return [c for s in sheets if isinstance(s, dict) and isinstance(s.get("cells"), list) for c in s["cells"]]
+    return []
+
+
 def _parse_problem(error):
+    if isinstance(error, json.JSONDecodeError):
+        return f"is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+    if isinstance(error, RecursionError):
+        return "is not a Jupyter notebook (its JSON nests too deep)"
     cause = error.__cause__
     if isinstance(cause, json.JSONDecodeError):
         return f"is not valid JSON: {cause.msg} (line {cause.lineno}, column {cause.colno})"

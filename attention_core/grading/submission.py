@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 
 from attention_core.grading import plan, timing, wire
@@ -43,6 +44,7 @@ class Submission:
         self._entry, self._root, self._module, self._package = plan.resolve(path, entry, worker.names)
         self._channel = self._pid = None  # the current child's Channel, its guard's pid
         self._closed = False
+        self._ending = threading.Lock()  # (a batch stopped at once: the server's chores and its close may both end it)
         self._answered = {}  # a small request's bytes -> the outcome of the call that returned for it
         self._next = None  # the request said to come next (ahead()), not sent yet
         self._limits = {}  # a request's bytes -> the most bytes its reply may have (None: the worker's limit)
@@ -395,17 +397,18 @@ class Submission:
 
     def _end(self):
         """Kill and collect the current child, close its descriptors; its exit status, or None."""
-        status = None
-        if self._pid is not None:
-            try:
-                status = self._worker.request({"op": "reap", "pid": self._pid})
-            except WorkerError:  # the server is gone: kill what we can from here
-                for send in (os.killpg, os.kill):
-                    try:
-                        send(self._pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-            self._channel.close()
-            self._channel = self._pid = self._ahead = self._next = None  # sent ahead: lost with it
-            shutil.rmtree(self._scratch, ignore_errors=True)
+        with self._ending:
+            status = None
+            if self._pid is not None:
+                try:
+                    status = self._worker.request({"op": "reap", "pid": self._pid})
+                except WorkerError:  # the server is gone: kill what we can from here
+                    for send in (os.killpg, os.kill):
+                        try:
+                            send(self._pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+                self._channel.close()
+                self._channel = self._pid = self._ahead = self._next = None  # sent ahead: lost with it
+                shutil.rmtree(self._scratch, ignore_errors=True)
         return status

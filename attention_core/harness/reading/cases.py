@@ -123,7 +123,9 @@ def load_file(path, shown=None, assignment=None):
             cases.append(case)
         except Exception as err:  # noqa: BLE001 (a case that does not load fails alone)
             case_id = raw.get("id") if isinstance(raw, dict) else None
-            usable = isinstance(case_id, str) and ID.match(case_id) and case_id not in seen
+            usable = (
+                isinstance(case_id, str) and len(case_id) <= fields.MAX_ID and ID.match(case_id) and case_id not in seen
+            )
             errors.append(_case_error(shown, tree, at, err, case_id if usable else None))
     return CaseFile(path, path.stem, envelope.document, tuple(cases), tuple(errors), assignment)
 
