@@ -360,22 +360,23 @@ def test_windows_line_endings_keep_the_line_numbers(load):
 
 def test_a_notebook_of_40000_stored_outputs_is_read_without_parsing_them(tmp_path):
     """Stored outputs are never run: they are dropped before nbformat reads (and validates) the notebook,
-    which took a grader from 438 MB to 2.1 GB on this notebook when it validated them."""
+    which took 1.8 GB and 19 s of CPU on this notebook when it validated them (0.24 GB, 2 s now, torch included)."""
     cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "x = 1\n"}
-    outputs = [{"output_type": "stream", "name": "stdout", "text": ""}] * 40_000
+    outputs = [{}] * 40_000  # 120 KB: each an invalid output, which nbformat's validation reported one by one
     notebook = {"cells": [{**cell, "outputs": outputs}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "big.ipynb"
     path.write_text(json.dumps(notebook))
     measure = (
-        "import resource, sys\n"
+        "import sys\n"
         "from attention_core.grading import notebooks\n"
         "source = notebooks.module_source(sys.argv[1])\n"
         "assert \"'x = 1\\\\n'\" in source, source\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))\n"
     )
     run = subprocess.run([sys.executable, "-c", measure, str(path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert int(run.stdout) < 400_000, f"{int(run.stdout) // 1024} MB to read it"  # KiB: the parse alone
+    # KiB, this process's own peak (VmHWM: ru_maxrss would carry the forking worker's across the exec)
+    assert int(run.stdout) < 400_000, f"{int(run.stdout) // 1024} MB to read it"
 
 
 def test_more_cells_than_any_notebook_holds_are_refused_before_parsing(tmp_path):

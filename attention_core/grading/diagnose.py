@@ -40,6 +40,11 @@ def calls_of(module, names):
 CALLS = calls_of(reference, spec.NAMES)
 
 
+# Generated kinds named only where no other kind gives the same results: a fixed axis equals an axis counted from
+# the end at the rank graded, and which of the two was written, the results cannot tell.
+FALLBACK_KINDS = frozenset({"axis_fixed"})
+
+
 class Diagnoser:
     """Names known mistakes behind failed checks; caches each mutant's result per check."""
 
@@ -115,6 +120,8 @@ class Diagnoser:
             fitting = [m for m in self.generated if generated.owner_of(m) == name and self._fits(m, own)]
             if fitting and ask is not None:
                 fitting = self._confirmed(name, fitting, ask)
+            specific = [m for m in fitting if m.name.split(":")[1] not in FALLBACK_KINDS]
+            fitting = specific or fitting  # (softmax(dim=2) on 4-D scores is softmax(dim=-2): the student's own)
             sentences = list(dict.fromkeys((m.mistake, m.fix) for m in fitting))
             checks = sum(not is_property(g.check_id) for g in own)
             properties_ = len(own) - checks

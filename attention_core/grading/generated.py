@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from attention_core.grading.mutants import Mutant
 from attention_core.grading.operators import operators
-from attention_core.grading.slips import Context, Slip, context_of, slips
+from attention_core.grading.slips import Context, Slip, _name, context_of, slips
 from attention_core.harness.reading import assignment as assignments
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # made again; the rest is the import's
@@ -59,7 +59,9 @@ def places(tree, graded):
                 owners.setdefault(id(node), top.name)
             for method in top.body if isinstance(top, ast.ClassDef) else ():
                 if isinstance(method, ast.FunctionDef) and method.name == "__init__":
-                    making |= {id(node) for node in ast.walk(method)}
+                    making |= {
+                        id(node) for statement in method.body if _makes_layer(statement) for node in ast.walk(statement)
+                    }
     for index, node in enumerate(ast.walk(tree)):
         owner = owners.get(id(node))
         if owner is not None:
@@ -67,6 +69,18 @@ def places(tree, graded):
             if id(node) not in making:  # (a class's layers are made with the reference's parameters anyway)
                 found += [Place(owner, index, slip) for slip in operators(node, tuple(graded), contexts[owner].norms)]
     return found
+
+
+def _makes_layer(statement):
+    """Whether an ``__init__`` statement makes a layer, sets a size or calls the base class: what the grader makes
+    with the reference's own parameters. A buffer computed there (ALiBi's slopes, a rotary table) is the class's
+    arithmetic: its slips are made too."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return _name(statement.value) != "register_buffer"
+    if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
+        name = _name(statement.value)
+        return not name or name[0].isupper()  # nn.Linear(...), nn.Parameter(...): a layer; torch.arange(...): not
+    return True  # a size (d_model // num_heads), an assert, the base class's __init__
 
 
 def generate(chosen, source=None, path=None):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from attention_core.grading.slips import Slip, _name, _number, _self_attribute
+from attention_core.grading.slips import Slip, _argument, _literal, _name, _number, _self_attribute, _with_argument
 
 TORCH_MODULES = ("torch", "F", "functional", "nn", "math", "np", "numpy")
 
@@ -81,6 +81,11 @@ LOOK_ALIKE = {  # a call's name -> (the name put in its place, the sentence, the
         "Use SiLU (x * sigmoid(x)), e.g. F.silu.",
     ),
 }
+# More than one look-alike of a call: each is tried (GEGLU written as SwiGLU, and the other way).
+MORE_LOOK_ALIKE = {
+    "gelu": [("silu", "`silu` where GELU belongs (SwiGLU's gate where GEGLU's belongs)", "Use GELU there (F.gelu).")],
+    "silu": [("gelu", "`gelu` where SiLU belongs (GEGLU's gate where SwiGLU's belongs)", "Use SiLU there (F.silu).")],
+}
 
 
 def operators(node, owner_names=(), norms=frozenset()):
@@ -103,7 +108,7 @@ def operators(node, owner_names=(), norms=frozenset()):
         name = _name(node)
         found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
         found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node, norms)
-        found += _axes_reordered(node, name)
+        found += _axes_reordered(node, name) + _fixed_axis(node, name)
         if name == "abs" and len(node.args) == 1 and not node.keywords:
             found.append(
                 Slip(
@@ -141,7 +146,7 @@ def operators(node, owner_names=(), norms=frozenset()):
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
         found += _siblings(node, owner_names) + _pre_norm(node, norms)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
-        found += _parameter_swapped(node)
+        found += _parameter_swapped(node) + _size_swapped(node)
     return found
 
 
@@ -286,8 +291,8 @@ def _look_alike(node, name):
             _, mistake, fix = LOOK_ALIKE[name]
             found.append(Slip("repeat_interleave_for_repeat", mistake, fix, tiled))
         return found
-    if name in LOOK_ALIKE and isinstance(node.func, (ast.Attribute, ast.Name)):
-        other, mistake, fix = LOOK_ALIKE[name]
+    alikes = ([LOOK_ALIKE[name]] if name in LOOK_ALIKE else []) + MORE_LOOK_ALIKE.get(name, [])
+    for other, mistake, fix in alikes if isinstance(node.func, (ast.Attribute, ast.Name)) else ():
         changed = copy.deepcopy(node)
         if isinstance(changed.func, ast.Attribute):
             changed.func.attr = other
@@ -735,6 +740,72 @@ def _parameter_swapped(function):
     return found
 
 
+def _sizes(function):
+    """The sizes a function names from its inputs' shapes: unpacked from a ``.shape`` (``B, T, D = x.shape``) or
+    read into a name (``d = x.size(-1)``). (A module's own sizes, ``self.d_out``, are the scale slips' own.)"""
+    names = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_shape(node.value):
+            target = node.targets[0]
+            targets = target.elts if isinstance(target, ast.Tuple) else [target]
+            names += [e.id for e in targets if isinstance(e, ast.Name) and e.id not in names]
+    return [ast.Name(n, ast.Load()) for n in names]
+
+
+def _is_shape(node):
+    """``x.shape``, ``x.shape[k]``, ``x.size()`` or ``x.size(k)``."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Attribute) and node.func.attr == "size"
+    return isinstance(node, ast.Attribute) and node.attr == "shape"
+
+
+def _rooted(node):
+    """The size under a square root at ``node`` (``sqrt(d)``, ``d ** 0.5``, ``d ** -0.5``): (its holder, field)."""
+    if isinstance(node, ast.Call) and _name(node) in ("sqrt", "rsqrt") and len(node.args) == 1:
+        return node, "args"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and _number(node.right) in (0.5, -0.5):
+        return node, "left"
+    return None, None
+
+
+def _size_swapped(function):
+    """The size under a scale's square root read as another size of the function: ``sqrt(D)`` (the model's
+    width) where ``sqrt(self.head_dim)`` belongs."""
+    sizes = _sizes(function)
+    if not sizes:
+        return []
+    found = []
+    for index, node in enumerate(ast.walk(function)):
+        holder, field = _rooted(node)
+        if holder is None:
+            continue
+        size = holder.args[0] if field == "args" else holder.left
+        if not (isinstance(size, ast.Name) or _self_attribute(size) or _is_shape(size)):
+            continue
+        was = ast.unparse(size)
+        for other in sizes:
+            now = ast.unparse(other)
+            if now == was:
+                continue
+            changed = copy.deepcopy(function)
+            target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+            if field == "args":
+                target.args[0] = copy.deepcopy(other)
+            else:
+                target.left = copy.deepcopy(other)
+            found.append(
+                Slip(
+                    "scale_by_other_size",
+                    f"the scale takes the square root of `{now}` where `{was}` belongs: another size",
+                    f"Scale by the square root of `{was}`, the size the formula names (each key's).",
+                    changed,
+                )
+            )
+    return found
+
+
 def _factor_unused(node):
     """``y * self.weight`` as ``y``: a parameter (or buffer) of the module never used."""
     if not isinstance(node.op, (ast.Mult, ast.Div)):
@@ -781,6 +852,33 @@ def _multiplied_for_divided(node):
         return []
     other, kind, sentence, fix = _DIVIDED_MULTIPLIED[type(node.op)]
     return [Slip(kind, sentence, fix, ast.BinOp(node.left, other(), node.right))]
+
+
+FIXED_AXIS_CALLS = ("mean", "sum", "var", "std", "amax", "max", "logsumexp", "softmax", "log_softmax", "norm")
+
+
+def _fixed_axis(node, name):
+    """A reduction's (or a softmax's) axis counted from the end, ``dim=-1``, written as a fixed axis, ``dim=1``:
+    right for inputs of one number of dimensions only (2-D here)."""
+    if name not in FIXED_AXIS_CALLS:
+        return []
+    method = isinstance(node.func, ast.Attribute) and _name(node.func.value) not in ("torch", "F", "functional")
+    where, dim = _argument(node, "dim", 0 if method else 1)
+    value = _number(dim)
+    if where is None or value is None or value >= 0:
+        return []
+    found = []
+    for fixed in (1, 2, 3):
+        found.append(
+            Slip(
+                "axis_fixed",
+                f"the {name} is taken over dim {fixed}, a fixed axis, where dim {value:g} (counted from the end) "
+                f"belongs: right only for inputs of {fixed - value:g} dimensions",
+                f"Count the axis from the end (dim={value:g}), so that any number of leading dimensions works.",
+                _with_argument(node, where, _literal(fixed)),
+            )
+        )
+    return found
 
 
 def _axes_reordered(node, name):

@@ -401,6 +401,16 @@ def _triangle(node, name):
             ast.Call(other, node.args, node.keywords),
         )
     ]
+    if value and where is not None:  # the mirror image: triu(m, 1) (the later tokens blocked) as tril(m, -1)
+        mirrored = _literal(-value)
+        found.append(
+            Slip(
+                found[0].kind,
+                found[0].mistake,
+                found[0].fix,
+                _with_argument(ast.Call(other, node.args, node.keywords), where, mirrored),
+            )
+        )
     if (name == "triu" and value == 1) or (name == "tril" and value == 0):  # blocked above it, or allowed up to it
         moved = _literal(value - 1)  # the diagonal moves into the blocked part
         changed = (
