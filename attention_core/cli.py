@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     add_authoring_commands(commands, common)
     args = parser.parse_args(argv)
     if args.command == "prairielearn-grade":  # it reads the assignment itself: a results.json also where it cannot
-        from attention_core.grading import prairielearn  # noqa: PLC0415
+        from attention_core.grading.platforms import prairielearn  # noqa: PLC0415
 
         where = {"assignment": getattr(args, "assignment", None), "cases": getattr(args, "cases", None)}
         return prairielearn.main(args.root, **where, time_limit=args.time_limit)
@@ -261,19 +261,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in AUTHORING:
         return AUTHORING[args.command](args)
     if args.command == "template":
-        from attention_core.grading.template import assignment_template  # noqa: PLC0415 (loads only when asked)
+        from attention_core.grading.platforms.template import assignment_template  # noqa: PLC0415 (loads only when asked)
 
         print(assignment_template(chosen, fmt=args.format), end="")
         return 0
     if args.command == "points":
-        from attention_core.grading.grader import points_command  # noqa: PLC0415
-        from attention_core.grading.options import GradingOptions  # noqa: PLC0415
+        from attention_core.grading.judging.grader import points_command  # noqa: PLC0415
+        from attention_core.grading.judging.options import GradingOptions  # noqa: PLC0415
 
         return points_command(
             chosen, GradingOptions(gradient_points=args.gradient_points, property_points=args.property_points)
         )
     if args.command == "adequacy":
-        from attention_core.grading import adequacy  # noqa: PLC0415
+        from attention_core.grading.naming import adequacy  # noqa: PLC0415
 
         return adequacy.report(adequacy.assess(chosen), verbose=args.adequacy_verbose)
     if args.command in ("student-kit", "gradescope-bundle", "prairielearn"):  # what students get: the settings as meant
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return write_kit(chosen, args.kit, github_classroom=args.github_classroom)
     if args.command == "gradescope-bundle":
-        from attention_core.grading.autograder import bundle  # noqa: PLC0415
+        from attention_core.grading.platforms.autograder import bundle  # noqa: PLC0415
 
         try:
             written = bundle(args.zip, Path(__file__).resolve().parent.parent, assignment=chosen, torch=args.torch)
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {written}", file=sys.stderr)
         return 0
     if args.command == "prairielearn":
-        from attention_core.grading.prairielearn import question_command  # noqa: PLC0415
+        from attention_core.grading.platforms.prairielearn import question_command  # noqa: PLC0415
 
         project = Path(__file__).resolve().parent.parent
         return question_command(
@@ -306,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     if not folder.is_dir():
         parser.error(f"--cases {folder}: no such folder")
     if args.command == "grade":
-        from attention_core.grading.batch import grade_command  # noqa: PLC0415
-        from attention_core.grading.options import GradingOptions  # noqa: PLC0415
+        from attention_core.grading.judging.options import GradingOptions  # noqa: PLC0415
+        from attention_core.grading.outputs.batch import grade_command  # noqa: PLC0415
 
         options = GradingOptions(
             call_timeout=args.timeout,

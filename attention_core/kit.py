@@ -12,7 +12,7 @@
     KIT/README.md         how to check a file: pytest --assignment KIT --impl FILE
 
 With ``--github-classroom``, also GitHub Classroom's autograding workflow, the requirements it installs and the
-hand-out as the file it grades (``grading/classroom.py``).
+hand-out as the file it grades (``grading/platforms/classroom.py``).
 
 A check whose arguments call another graded function needs the reference to make them: it is left
 out of the kit (the teacher's grading still has it), and the README says how many.
@@ -32,8 +32,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from attention_core.authoring.record import round_trip
-from attention_core.grading import classroom, worth
-from attention_core.grading.template import FILE_NAME
+from attention_core.grading.platforms import classroom
+from attention_core.grading.platforms.template import FILE_NAME
+from attention_core.grading.properties import worth
 from attention_core.harness.checking import calls, runner
 from attention_core.harness.reading.assignment import KIT_FILE
 
@@ -100,7 +101,7 @@ def _build(assignment, items, kit, *, github_classroom=False):
     students = _students_settings(assignment)
     if students:
         _write_yaml(kit / "assignment.yaml", students)
-    from attention_core.grading.template import assignment_template  # noqa: PLC0415
+    from attention_core.grading.platforms.template import assignment_template  # noqa: PLC0415
 
     (kit / "template.py").write_text(assignment_template(assignment), encoding="utf-8")
     (kit / "template.ipynb").write_text(assignment_template(assignment, fmt="ipynb"), encoding="utf-8")

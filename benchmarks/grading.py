@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from attention_core import reference
-from attention_core.grading import mutants
-from attention_core.grading.template import template
+from attention_core.grading.naming import mutants
+from attention_core.grading.platforms.template import template
 
 ROOT = Path(__file__).resolve().parent.parent
 

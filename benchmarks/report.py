@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from attention_core.grading import gradescope, mutants
-from attention_core.grading.grader import Grader
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.naming import mutants
+from attention_core.grading.outputs import gradescope
 from attention_core.report.figures import Drawings
 from attention_core.report.html import submission_page
 

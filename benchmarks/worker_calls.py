@@ -18,7 +18,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 
 import torch  # noqa: E402
 
-from attention_core.grading.client import Worker  # noqa: E402
+from attention_core.grading.process.client import Worker  # noqa: E402
 
 SUBMISSION = """
 import torch

@@ -15,7 +15,7 @@ a float mask is added; the default scale is 1/sqrt(d_k); a fully masked row is u
 
 ``SOFTMAX_ONLY`` and ``EMPTY`` are incomplete submissions. The deliberate mistakes at the end
 are the harness's own wrong implementations for its tolerance tests (the grader's mistake
-library, with every mutant checked against the documents, is ``attention_core/grading/mutants.py``).
+library, with every mutant checked against the documents, is ``attention_core/grading/naming/mutants.py``).
 """
 
 import math

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_core.grading import archives
+from attention_core.grading.intake import archives
 from tests.outputs import folder, last_part
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"

@@ -457,7 +457,7 @@ def test_the_bundle_of_the_built_in_spec_with_other_cases_carries_those_cases(tm
     with zipfile.ZipFile(tmp_path / "a.zip") as z:
         names = set(z.namelist())
     assert "assignment/cases/mine.yaml" in names and "assignment/reference.py" not in names
-    from attention_core.grading.autograder import _bundled  # noqa: PLC0415
+    from attention_core.grading.platforms.autograder import _bundled  # noqa: PLC0415
 
     assert _bundled(tmp_path) == {"cases": cases} and _bundled(None) == {} and _bundled(BOOK) == {"assignment": BOOK}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attention_core import reference
-from attention_core.grading.template import FILE_NAME
+from attention_core.grading.platforms.template import FILE_NAME
 
 pytestmark = pytest.mark.grading
 
@@ -63,7 +63,7 @@ def test_the_bundle_holds_setup_run_autograder_and_the_harness(bundle):
     setup = (source / "setup.sh").read_text()
     assert "download.pytorch.org/whl/cpu" in setup and "install -d -m 700 /opt/attention-core" in setup
     assert (source / "attention-core" / "cases" / "001_self_attention.yaml").exists()
-    assert (source / "attention-core" / "attention_core" / "grading" / "worker.py").exists()
+    assert (source / "attention-core" / "attention_core" / "grading" / "server" / "worker.py").exists()
 
 
 def test_run_autograder_grades_the_submission_into_results_json(bundle, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attention_core import reference
-from attention_core.grading.grader import Grader
+from attention_core.grading.judging.grader import Grader
 from attention_core.harness.checking import tolerance
 
 pytestmark = pytest.mark.grading

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from attention_core.cli import Shown, check_command
-from attention_core.grading import gradescope, ids
-from attention_core.grading.batch import Score, Scores
-from attention_core.grading.grader import Grader
+from attention_core.grading.intake import ids
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.outputs import gradescope
+from attention_core.grading.outputs.batch import Score, Scores
 from attention_core.harness.checking import tolerance
 from attention_core.harness.checking.devices import covered
 from attention_core.harness.languages.tensor_text import parse_tensor

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from attention_core.grading import folders
-from attention_core.grading.batch import grade_command
+from attention_core.grading.intake import folders
+from attention_core.grading.outputs.batch import grade_command
 from tests.outputs import last_part
 
 NAMES = ("softmax", "attention", "layer_norm")

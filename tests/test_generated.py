@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attention_core.grading import generated
-from attention_core.grading.grader import Grader
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.naming import generated
 from attention_core.harness.reading import assignment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,7 +162,10 @@ def test_a_teachers_own_mistake_is_named_as_the_library_names_and_adequacy_says_
     import shutil  # noqa: PLC0415
 
     from attention_core.authoring import mistakes  # noqa: PLC0415
-    from attention_core.grading import adequacy, own_mistakes  # noqa: PLC0415
+    from attention_core.grading.naming import (
+        adequacy,
+        own_mistakes,  # noqa: PLC0415
+    )
 
     folder = tmp_path / "head"
     shutil.copytree(HEAD, folder, ignore=shutil.ignore_patterns("submissions"))

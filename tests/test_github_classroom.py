@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attention_core.grading.grader import Grader
+from attention_core.grading.judging.grader import Grader
 from attention_core.harness.reading import assignment as assignments
 from attention_core.kit import write_kit
 

@@ -11,12 +11,12 @@ import stat
 import pytest
 
 from attention_core import reference
-from attention_core.grading import grader as grader_module
 from attention_core.grading import properties
-from attention_core.grading.batch import grade_command
-from attention_core.grading.grader import Grader, points_command
-from attention_core.grading.options import GradingOptions
-from attention_core.grading.template import assignment_template
+from attention_core.grading.judging import grader as grader_module
+from attention_core.grading.judging.grader import Grader, points_command
+from attention_core.grading.judging.options import GradingOptions
+from attention_core.grading.outputs.batch import grade_command
+from attention_core.grading.platforms.template import assignment_template
 from attention_core.harness.checking import runner
 from attention_core.harness.reading import assignment as assignments
 from attention_core.kit import write_kit

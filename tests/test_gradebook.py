@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from attention_core.grading import ids
-from attention_core.grading.gradescope import write_gradebook
+from attention_core.grading.intake import ids
+from attention_core.grading.outputs.gradescope import write_gradebook
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
 
@@ -88,7 +88,7 @@ def test_rows_of_different_maximums_are_reported(tmp_path):
 
 
 def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_first(tmp_path):
-    from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.batch import Score, Scores, class_summary  # noqa: PLC0415
 
     masked_after = "the mask is applied after the softmax"
     scores = [
@@ -110,7 +110,7 @@ def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_f
 
 
 def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mistakes_and_properties(tmp_path):
-    from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.batch import Score, Scores, class_summary  # noqa: PLC0415
     from attention_core.report.class_page import class_page  # noqa: PLC0415
 
     scores = [
@@ -223,9 +223,12 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
 
 
 def test_no_cell_of_a_csv_the_batch_writes_starts_a_formula_and_reading_it_back_gives_the_text(tmp_path):
-    from attention_core.grading import cells, gradescope  # noqa: PLC0415
-    from attention_core.grading.batch import Score, Scores, class_summary  # noqa: PLC0415
-    from attention_core.grading.gradescope import _existing_rows  # noqa: PLC0415
+    from attention_core.grading.outputs import (
+        cells,
+        gradescope,  # noqa: PLC0415
+    )
+    from attention_core.grading.outputs.batch import Score, Scores, class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.gradescope import _existing_rows  # noqa: PLC0415
 
     names = ["=cmd|calc", "+1+1", "-x", "@SUM(A1)", "\tx", "'=quoted", "''", "'plain", "plain", "-1.5"]
     scores = [Scores(name, 1.0, 2, grades=[Score("f/c/k", 1.0, 2, ('=HYPERLINK("x")',))]) for name in names]

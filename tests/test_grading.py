@@ -20,9 +20,9 @@ import pytest
 
 from attention_core import reference, spec
 from attention_core.cli import main
-from attention_core.grading import mutants
-from attention_core.grading.grader import Grader
-from attention_core.grading.template import template
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.naming import mutants
+from attention_core.grading.platforms.template import template
 from attention_core.harness.checking import runner
 from tests.outputs import folder, last_part, report
 

@@ -171,7 +171,7 @@ def _made(tmp_path, correct, fifos):
 _UNGUARDED = (
     "import sys\n"
     "from attention_core import cli\n"
-    "from attention_core.grading import regular\n"
+    "from attention_core.grading.intake import regular\n"
     "regular.special = lambda path: None\n"
     "regular.open_regular = lambda path, shown=None: open(path, 'rb')\n"
     "sys.exit(cli.main(sys.argv[1:]))\n"

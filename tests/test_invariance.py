@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from attention_core import reference
-from attention_core.grading import gradescope
-from attention_core.grading.batch import grade_command
-from attention_core.grading.diagnose import calls_of
-from attention_core.grading.grader import Grader
-from attention_core.grading.options import GradingOptions
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.judging.options import GradingOptions
+from attention_core.grading.naming.diagnose import calls_of
+from attention_core.grading.outputs import gradescope
+from attention_core.grading.outputs.batch import grade_command
 from attention_core.harness.reading import assignment as assignments
 
 pytestmark = pytest.mark.grading

@@ -13,7 +13,14 @@ LAYERS = [
     ("attention_core.harness.reading",),
     ("attention_core.harness.checking",),
     ("attention_core.harness.plugin", "attention_core.report", "attention_core.authoring"),
-    ("attention_core.grading",),
+    # grading's rooms (docs/architecture.md), from taking submissions in to the platforms' files
+    ("attention_core.grading", "attention_core.grading.intake", "attention_core.grading.server"),
+    ("attention_core.grading.process",),
+    ("attention_core.grading.properties",),
+    ("attention_core.grading.naming",),
+    ("attention_core.grading.judging",),
+    ("attention_core.grading.outputs",),
+    ("attention_core.grading.platforms",),
     ("attention_core.kit",),
     ("attention_core.cli", "attention_core.__main__"),
 ]
@@ -70,3 +77,12 @@ def test_no_modules_import_each_other_in_a_circle():
         if node not in state:
             visit(node, [node])
     assert not circles, circles
+
+
+def test_no_folder_holds_more_than_twelve_modules_or_a_quarter_of_the_package():
+    lines = {path: len(path.read_text(encoding="utf-8").splitlines()) for path in PACKAGE.rglob("*.py")}
+    total = sum(lines.values())
+    for folder in {path.parent for path in lines}:
+        own = [path for path in lines if path.parent == folder and path.name != "__init__.py"]
+        assert len(own) <= 12, (folder, len(own))
+        assert sum(lines[path] for path in own) <= total / 4, (folder, sum(lines[path] for path in own), total)

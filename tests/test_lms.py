@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attention_core.grading import lms
+from attention_core.grading.outputs import lms
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"

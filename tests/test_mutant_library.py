@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from attention_core import reference, spec
-from attention_core.grading import diagnose, mutants
-from attention_core.grading.mutants import MUTANTS, Mutant, relevant, submission_source
+from attention_core.grading.naming import diagnose, mutants
+from attention_core.grading.naming.mutants import MUTANTS, Mutant, relevant, submission_source
 from attention_core.harness.checking import runner
 
 # transpose_for_2d_only uses k.T on batched tensors on purpose; torch warns that it is deprecated.

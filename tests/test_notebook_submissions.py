@@ -19,8 +19,8 @@ import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
-from attention_core.grading import notebooks
-from attention_core.grading.notebooks import NotebookError, is_notebook, module_source, write_module
+from attention_core.grading.intake import notebooks
+from attention_core.grading.intake.notebooks import NotebookError, is_notebook, module_source, write_module
 
 _names = itertools.count()
 
@@ -368,7 +368,7 @@ def test_a_notebook_of_40000_stored_outputs_is_read_without_parsing_them(tmp_pat
     path.write_text(json.dumps(notebook))
     measure = (
         "import sys\n"
-        "from attention_core.grading import notebooks\n"
+        "from attention_core.grading.intake import notebooks\n"
         "source = notebooks.module_source(sys.argv[1])\n"
         "assert \"'x = 1\\\\n'\" in source, source\n"
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))\n"

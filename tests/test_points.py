@@ -12,7 +12,7 @@
 import pytest
 
 from attention_core import reference
-from attention_core.grading.grader import Grader
+from attention_core.grading.judging.grader import Grader
 
 pytestmark = pytest.mark.grading
 

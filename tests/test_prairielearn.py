@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 import torch
 
-from attention_core.grading import autograder, prairielearn
-from attention_core.grading.grader import Grader
-from attention_core.grading.template import FILE_NAME
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.platforms import autograder, prairielearn
+from attention_core.grading.platforms.template import FILE_NAME
 from attention_core.harness.reading import assignment as assignments
 
 pytestmark = pytest.mark.grading
@@ -166,7 +166,7 @@ def test_the_question_holds_what_prairielearn_reads(questions):
     assert options["entrypoint"] == "/grade/tests/run.sh" and (llama / "tests" / "run.sh").stat().st_mode & 0o111
     assert options["image"] == "attention-core-grader:torch-2.5.1"
     assert "--time-limit 70" in (llama / "tests" / "run.sh").read_text()  # 30 s before PrairieLearn stops the job
-    assert (llama / "tests" / "attention-core" / "attention_core" / "grading" / "worker.py").is_file()
+    assert (llama / "tests" / "attention-core" / "attention_core" / "grading" / "server" / "worker.py").is_file()
     assert (llama / "tests" / "assignment" / "reference.py").is_file()
     assert (llama / "tests" / "assignment" / "cases" / "rope.yaml").is_file()
     assert not (questions / "builtin" / "tests" / "assignment").exists()  # the harness's source carries it

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from attention_core import reference
-from attention_core.grading import client, properties
-from attention_core.grading.grader import Grader
+from attention_core.grading import properties
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.process import client
 from attention_core.harness.checking import runner
 from attention_core.harness.reading import assignment
 from attention_core.harness.reading.settings import PROPERTY_KINDS, SettingsError, read_settings

@@ -11,7 +11,8 @@ import torch
 from test_heatmap import cell_fills, luminance
 
 from attention_core.cli import main
-from attention_core.grading import gradescope, mutants
+from attention_core.grading.naming import mutants
+from attention_core.grading.outputs import gradescope
 from attention_core.harness.checking import compare
 from attention_core.harness.checking.results import Failure, Result, Status
 from attention_core.report import figures, heatmap

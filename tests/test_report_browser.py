@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from attention_core.cli import main
-from attention_core.grading import mutants
+from attention_core.grading.naming import mutants
 from attention_core.harness.checking import runner
 from tests.outputs import report
 

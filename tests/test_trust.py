@@ -157,8 +157,8 @@ def attention(q, k, v, mask=None, scale=None):
 
 
 def test_a_results_json_is_cut_to_under_1_mb_however_many_long_outputs_it_holds():
-    from attention_core.grading import gradescope  # noqa: PLC0415
-    from attention_core.grading.grader import Grade, SubmissionGrade  # noqa: PLC0415
+    from attention_core.grading.judging.grader import Grade, SubmissionGrade  # noqa: PLC0415
+    from attention_core.grading.outputs import gradescope  # noqa: PLC0415
     from attention_core.harness.checking.results import Result, Status  # noqa: PLC0415
 
     graded = SubmissionGrade("s", Path("s.py"), note="printed " * 2000)

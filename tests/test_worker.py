@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from attention_core.grading import wire
-from attention_core.grading.client import Worker
+from attention_core.grading.process.client import Worker
+from attention_core.grading.server import wire
 
 pytestmark = pytest.mark.grading
 
@@ -433,7 +433,7 @@ def test_a_print_flood_is_truncated_without_hanging(submit):
 def test_the_server_never_imports_the_package(submit, worker):
     assert not [m for m in worker.server_modules() if m.split(".")[0] == "attention_core"]
     cmdline = open(f"/proc/{worker.pid}/cmdline", "rb").read().split(b"\0")
-    assert cmdline[1:3] == [b"-I", b"-S"] and cmdline[3].endswith(b"attention_core/grading/worker.py")
+    assert cmdline[1:3] == [b"-I", b"-S"] and cmdline[3].endswith(b"attention_core/grading/server/worker.py")
     s = submit(
         "import sys\nprint([m for m in sys.modules if 'attention_core' in m])\ndef softmax(x, dim=-1):\n    return x\n"
     )
@@ -618,7 +618,7 @@ def softmax(x, dim=-1):
 
 
 def cgroup_v1_writable():
-    from attention_core.grading import cgroups
+    from attention_core.grading.server import cgroups
 
     dirs = cgroups.dirs("attention-sandbox-probe")
     if set(dirs) != {"memory", "pids"} or os.geteuid() != 0:
@@ -635,7 +635,7 @@ def cgroup_v1_writable():
 
 @pytest.mark.skipif(not cgroup_v1_writable(), reason="no writable v1 memory and pids cgroups here (root only)")
 def test_a_cgroup_bounds_the_memory_of_all_of_a_submissions_processes_together(tmp_path):
-    from attention_core.grading import cgroups
+    from attention_core.grading.server import cgroups
 
     path = tmp_path / "fork_memory.py"
     path.write_text(FORK_MEMORY)

@@ -1,6 +1,6 @@
 """A teacher's own mistake to write: ``mistakes/<slug>.py``, a copy of the reference to change in one place, under
 a docstring for the sentence a student reads and its fix (``new --assignment DIR --mistake SLUG``). Grading reads
-them (``grading/own_mistakes.py``)."""
+them (``grading/naming/own_mistakes.py``)."""
 
 import ast
 import re

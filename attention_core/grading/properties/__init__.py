@@ -24,7 +24,7 @@ import warnings
 import torch
 
 from attention_core import instances
-from attention_core.grading import worth
+from attention_core.grading.properties import worth
 from attention_core.grading.properties.model import (  # noqa: F401 (the room's interface)
     PREFIX,
     Base,

@@ -1,0 +1,175 @@
+"""Mistakes made from a reference: one change at a time to its source, each worded as a student reads it.
+
+An AST pass over the reference (a teacher's ``reference.py``, or the package's own) finds the places
+where the usual slips of attention code can be made, and makes each slip there, one per mutant:
+
+* the scale: divided by the dimension instead of its square root, left out, or multiplied;
+* the softmax: over the wrong dimension, or left out;
+* the mask: left out, inverted, or filled with 0 instead of -inf; a triangle that also blocks the
+  diagonal, or the other triangle;
+* reductions: ``keepdim`` dropped, the wrong dimension, the unbiased variance;
+* shapes: a transpose left out, a reshape's last two sizes swapped, pieces concatenated along the
+  wrong dimension, a matrix product's factors swapped, results returned in the wrong order;
+* a layer of the module (``self.out_proj(...)``) not applied.
+
+Each kind carries its own sentence ("the scores are divided by the dimension itself instead of its
+square root"), never a line number or a constant's value. A mutant is the reference module with
+that one change, made here, in the grader (the reference is the teacher's own code): its functions
+and classes are defined again, one of them changed, in a copy of the namespace the reference's
+import left (its imports and constants), so nothing else of the reference runs again. A
+mutant that gives the reference's results everywhere it is run is the same program (dropout left
+out in eval mode) and names nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import types
+from dataclasses import dataclass
+
+from attention_core.grading.naming.mutants import Mutant
+from attention_core.grading.naming.operators import operators
+from attention_core.grading.naming.slips import Context, Slip, _name, context_of, slips
+from attention_core.harness.reading import assignment as assignments
+
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # made again; the rest is the import's
+
+
+# ---------------------------------------------------------------------------------------- making the mutants
+
+
+@dataclass(frozen=True)
+class Place:
+    """A slip at a place: the graded name whose code it is in, its index in the module's walk, the slip."""
+
+    owner: str
+    index: int
+    slip: Slip
+
+
+def places(tree, graded):
+    """Every slip in the code of the graded names of a module's ``tree``."""
+    found = []
+    owners, contexts, making = {}, {}, set()
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.ClassDef)) and top.name in graded:
+            contexts[top.name] = context_of(top) if isinstance(top, ast.ClassDef) else Context()
+            for node in ast.walk(top):
+                owners.setdefault(id(node), top.name)
+            for method in top.body if isinstance(top, ast.ClassDef) else ():
+                if isinstance(method, ast.FunctionDef) and method.name == "__init__":
+                    making |= {
+                        id(node) for statement in method.body if _makes_layer(statement) for node in ast.walk(statement)
+                    }
+    for index, node in enumerate(ast.walk(tree)):
+        owner = owners.get(id(node))
+        if owner is not None:
+            found += [Place(owner, index, slip) for slip in slips(node, contexts[owner])]
+            if id(node) not in making:  # (a class's layers are made with the reference's parameters anyway)
+                found += [Place(owner, index, slip) for slip in operators(node, tuple(graded), contexts[owner].norms)]
+    return found
+
+
+def _makes_layer(statement):
+    """Whether an ``__init__`` statement makes a layer, sets a size or calls the base class: what the grader makes
+    with the reference's own parameters. A buffer computed there (ALiBi's slopes, a rotary table) is the class's
+    arithmetic: its slips are made too."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return _name(statement.value) != "register_buffer"
+    if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
+        name = _name(statement.value)
+        return not name or name[0].isupper()  # nn.Linear(...), nn.Parameter(...): a layer; torch.arange(...): not
+    return True  # a size (d_model // num_heads), an assert, the base class's __init__
+
+
+def generate(chosen, source=None, path=None):
+    """The generated mutants of an assignment (an Assignment with its reference): a list of Mutant, each
+    ``functions`` being every graded name of the changed module, ``name`` ``owner:kind:number`` (unique)."""
+    if chosen.reference is None:
+        return []
+    path = path or getattr(chosen.reference, "__file__", None)
+    if source is None:
+        try:
+            source = open(path, encoding="utf-8").read()  # noqa: PTH123, SIM115
+        except (OSError, TypeError):
+            return []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    tree.body = [node for node in tree.body if isinstance(node, DEFINITIONS)]
+    found, seen = [], {ast.unparse(tree)}  # (a change that changes nothing is no mistake)
+    made = places(tree, chosen.graded)
+    alike = {}
+    for place in made:  # the same slip made at every place of one name where it can be (k and v alike)
+        alike.setdefault((place.owner, place.slip.kind, place.slip.mistake), []).append(place)
+    every = [group for group in alike.values() if len(group) > 1]
+    for number, group in enumerate([[place] for place in made] + every):
+        place = group[0]
+        module, text = _mutated(tree, group, path, vars(chosen.reference))
+        if module is None or text in seen:  # the same change made by two kinds: the first, more specific, kept
+            continue
+        seen.add(text)
+        functions = assignments.callables(module, chosen.graded)
+        words = (place.slip.mistake, place.slip.fix)
+        found.append(
+            Mutant(
+                f"{place.owner}:{place.slip.kind}:{number}",
+                functions,
+                *words,
+                "values",
+                parts={name: words for name in functions} if len(functions) > 1 else {},
+            )
+        )
+    return found
+
+
+def owner_of(mutant):
+    return mutant.name.split(":", 1)[0]
+
+
+def kind_of(mutant):
+    return mutant.name.split(":")[1]
+
+
+def _mutated(tree, group, path, imported):
+    """(the module of ``tree`` (the reference's definitions) with the slips of ``group`` (places) made, its text);
+    (None, None) where it does not compile or run. Its definitions are made again in a copy of ``imported`` (the
+    reference's namespace, as its import left it: its imports and constants), so that nothing else of the
+    reference runs again."""
+    changed = copy.deepcopy(tree)
+    nodes = list(ast.walk(changed))
+    parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
+    for place in group:
+        target = nodes[place.index]
+        parent = parents.get(id(target))
+        if parent is None or not _replace(parent, target, copy.deepcopy(place.slip.replacement)):
+            return None, None
+    ast.fix_missing_locations(changed)
+    place = group[0]
+    try:
+        text = ast.unparse(changed)
+    except Exception:  # noqa: BLE001 (a tree no source can show: no mutant)
+        return None, None
+    module = types.ModuleType(f"_generated_mutant_{place.owner}_{place.index}")
+    module.__dict__.update({k: v for k, v in imported.items() if k not in ("__name__", "__spec__", "__loader__")})
+    module.__file__ = path
+    try:
+        exec(compile(changed, path or "<reference>", "exec"), module.__dict__)  # noqa: S102 (the teacher's own code)
+    except Exception:  # noqa: BLE001 (a change that does not run at definition: no mutant)
+        return None, None
+    return module, text
+
+
+def _replace(parent, target, replacement):
+    for field, value in ast.iter_fields(parent):
+        if value is target:
+            setattr(parent, field, replacement)
+            return True
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if item is target:
+                    value[i] = replacement
+                    return True
+    return False

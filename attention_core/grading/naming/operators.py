@@ -1,0 +1,950 @@
+"""General mutation operators: the slips a student makes in any code, not only in attention's.
+
+Each is made at every place of a reference where it can be, one at a time, beside the attention-specific
+slips of ``slips.py`` (which come first: where both make the same change, the more specific sentence is
+kept). Each kind has its own sentence in a student's terms: the operator, the torch function or graded
+name involved, never the reference's line, constant or variable.
+
+* a comparison off by one (``<`` and ``<=``, ``>`` and ``>=``);
+* a range's start or step changed (from 0 or from 1; by 1 or by 2);
+* two sub-expressions of one kind swapped: two layers, two arguments of a call, the two pieces of a
+  ``cat``, the two sides of a subtraction;
+* an operation applied to one more, or one fewer, of the sibling tensors it is applied to (a rotation
+  also applied to the values);
+* a term dropped: the residual (skip) connection, a bias, an added or subtracted term;
+* a constant moved across a function (``sqrt(v) + eps`` for ``sqrt(v + eps)``, and back);
+* look-alike calls: ``repeat`` and ``repeat_interleave``, ``softmax`` and ``log_softmax``, ``sum`` and
+  ``mean``, ``sin`` and ``cos``, the exact GELU and its tanh approximation, SiLU and the sigmoid;
+* a sign or an absolute value left out; a module's parameter never used (``y`` for ``y * self.weight``).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from attention_core.grading.naming.slips import (
+    Slip,
+    _argument,
+    _literal,
+    _name,
+    _number,
+    _self_attribute,
+    _with_argument,
+)
+
+TORCH_MODULES = ("torch", "F", "functional", "nn", "math", "np", "numpy")
+
+_FLIPPED = {
+    ast.Lt: (ast.LtE, "<", "<="),
+    ast.LtE: (ast.Lt, "<=", "<"),
+    ast.Gt: (ast.GtE, ">", ">="),
+    ast.GtE: (ast.Gt, ">=", ">"),
+}
+
+LOOK_ALIKE = {  # a call's name -> (the name put in its place, the sentence, the fix)
+    "repeat_interleave": (
+        "repeat",
+        "`repeat` where `repeat_interleave` belongs: the copies come as whole blocks "
+        "(a b a b) instead of each one in turn (a a b b)",
+        "Use repeat_interleave, which repeats each entry in turn (a a b b).",
+    ),
+    "repeat": (
+        "repeat_interleave",
+        "`repeat_interleave` where `repeat` belongs: each entry is repeated in turn "
+        "(a a b b) instead of the whole block (a b a b)",
+        "Use repeat, which tiles the whole block (a b a b).",
+    ),
+    "log_softmax": ("softmax", "`softmax` where `log_softmax` belongs", "Take the log_softmax there."),
+    "softmax": (
+        "log_softmax",
+        "`log_softmax` where `softmax` belongs: the weights are log-probabilities, not probabilities that sum to 1",
+        "Take the softmax there, not its logarithm.",
+    ),
+    "sum": (
+        "mean",
+        "`mean` where `sum` belongs: the total is divided by the count",
+        "Sum there: no division by the number of entries.",
+    ),
+    "mean": (
+        "sum",
+        "`sum` where `mean` belongs: the total is not divided by the number of entries",
+        "Take the mean there (the sum divided by the number of entries).",
+    ),
+    "sin": (
+        "cos",
+        "the sine and the cosine are in each other's place",
+        "Use the sine where the formula has it, the cosine where it has the cosine.",
+    ),
+    "cos": (
+        "sin",
+        "the sine and the cosine are in each other's place",
+        "Use the sine where the formula has it, the cosine where it has the cosine.",
+    ),
+    "gelu": ("relu", "`relu` where GELU belongs", "Use GELU there (F.gelu), not ReLU."),
+    "relu": ("gelu", "`gelu` where ReLU belongs", "Use ReLU there (F.relu), not GELU."),
+    "silu": (
+        "sigmoid",
+        "`sigmoid` where SiLU belongs: the gate is sigmoid(x), not x * sigmoid(x)",
+        "Use SiLU (x * sigmoid(x)), e.g. F.silu.",
+    ),
+}
+# More than one look-alike of a call: each is tried (GEGLU written as SwiGLU, and the other way).
+MORE_LOOK_ALIKE = {
+    "gelu": [("silu", "`silu` where GELU belongs (SwiGLU's gate where GEGLU's belongs)", "Use GELU there (F.gelu).")],
+    "silu": [("gelu", "`gelu` where SiLU belongs (GEGLU's gate where SwiGLU's belongs)", "Use SiLU there (F.silu).")],
+}
+
+
+def operators(node, owner_names=(), norms=frozenset()):
+    """The general slips that can be made at ``node``; ``owner_names``: the graded names (a student's terms);
+    ``norms``: the layers of its class that normalise (``self.ln1 = nn.LayerNorm(d)``)."""
+    found = []
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _FLIPPED:
+        flipped, was, now = _FLIPPED[type(node.ops[0])]
+        found.append(
+            Slip(
+                "comparison_boundary",
+                f"a comparison is off by one: `{now}` where `{was}` belongs, so the "
+                f"element on the boundary falls on the wrong side",
+                f"Compare with `{was}` there: decide which side the boundary element belongs to (i == j, "
+                f"or the window's edge).",
+                ast.Compare(node.left, [flipped()], node.comparators),
+            )
+        )
+    if isinstance(node, ast.Call):
+        name = _name(node)
+        found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
+        found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node, norms)
+        found += _axes_reordered(node, name) + _fixed_axis(node, name)
+        if name == "abs" and len(node.args) == 1 and not node.keywords:
+            found.append(
+                Slip(
+                    "abs_missing",
+                    "the absolute value is left out",
+                    "Take the absolute value there (abs).",
+                    node.args[0],
+                )
+            )
+    if isinstance(node, ast.BinOp):
+        found += _dropped_terms(node) + _constant_moved_out(node) + _layers_swapped(node) + _one_off(node)
+        found += _factor_unused(node) + _division_missing(node) + _multiplied_for_divided(node)
+        if isinstance(node.op, ast.Sub) and not _constant(node.left) and not _constant(node.right):
+            found.append(
+                Slip(
+                    "subtraction_swapped",
+                    "the two sides of a subtraction are swapped (b - a where a - b belongs): its sign is flipped",
+                    "Subtract in the order of the formula.",
+                    ast.BinOp(node.right, ast.Sub(), node.left),
+                )
+            )
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not _constant(node.operand):
+        found.append(
+            Slip(
+                "sign_missing",
+                "a minus sign is left out (x where -x belongs)",
+                "Negate there, as the formula does.",
+                node.operand,
+            )
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        found += _norm_order_back(node, norms)
+    if isinstance(node, ast.Assign):
+        found += _unpacked_in_another_order(node)
+    if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
+        found += _siblings(node, owner_names) + _pre_norm(node, norms)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
+        found += _parameter_swapped(node) + _size_swapped(node)
+    return found
+
+
+def _constant(node):
+    return _number(node) is not None or isinstance(node, ast.Constant)
+
+
+def _shown(name, owner_names):
+    """A call's function as a student knows it: a torch function or a graded name; else None."""
+    return name if name and not name.startswith("_") else None
+
+
+def _ranges(node, name):
+    if (
+        name not in ("range", "arange")
+        or any(k.arg not in ("dtype", "device") for k in node.keywords)
+        or not 1 <= len(node.args) <= 3
+    ):
+        return []
+    found = []
+    if len(node.args) == 1:
+        end = node.args[0]
+        changed = ast.Call(node.func, [ast.Constant(1), ast.BinOp(end, ast.Add(), ast.Constant(1))], [])
+        found.append(
+            Slip(
+                "range_start",
+                "a range counts from 1 instead of from 0: every index it makes is one too large",
+                "Count from 0 (range(n) gives 0 .. n - 1).",
+                changed,
+            )
+        )
+    else:
+        start = _number(node.args[0])
+        for by, words in ((1, "late: every index one too large"), (-1, "early: every index one too small")):
+            if start is None or start + by < 0:
+                continue
+            changed = copy.deepcopy(node)
+            changed.args[0] = _shifted(node.args[0], by)
+            changed.args[1] = _shifted(node.args[1], by)
+            found.append(
+                Slip(
+                    "range_shifted",
+                    f"a range starts one too {words}",
+                    "Start and end the range where the formula does.",
+                    changed,
+                )
+            )
+    if len(node.args) == 3 and _number(node.args[2]) in (1, 2):
+        step = _number(node.args[2])
+        changed = copy.deepcopy(node)
+        changed.args[2] = ast.Constant(3 - step)
+        found.append(
+            Slip(
+                "range_step",
+                f"a range steps by {3 - step} instead of by {step}"
+                + (
+                    ": every index where every other one belongs"
+                    if step == 2
+                    else ": every other index where every one belongs"
+                ),
+                "Step through the range as the formula does.",
+                changed,
+            )
+        )
+    return found
+
+
+def _shifted(node, by):
+    """``node + by`` (``n + 1 - 1`` written ``n``)."""
+    value = _number(node)
+    if value is not None:
+        return ast.Constant(value + by)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)) and _number(node.right) is not None:
+        total = _number(node.right) * (1 if isinstance(node.op, ast.Add) else -1) + by
+        return (
+            node.left
+            if total == 0
+            else ast.BinOp(node.left, ast.Add() if total > 0 else ast.Sub(), ast.Constant(abs(total)))
+        )
+    return ast.BinOp(node, ast.Add() if by > 0 else ast.Sub(), ast.Constant(abs(by)))
+
+
+def _swapped_arguments(node, name, owner_names):
+    found = []
+    shown = _shown(name, owner_names)
+    arguments = [(i, a) for i, a in enumerate(node.args) if not _constant(a) and not isinstance(a, ast.Starred)]
+    if shown and not _self_attribute(node.func) and len(arguments) >= 2:
+        for (i, a), (j, b) in zip(arguments, arguments[1:]):
+            if ast.unparse(a) == ast.unparse(b):
+                continue
+            changed = copy.deepcopy(node)
+            changed.args[i], changed.args[j] = copy.deepcopy(b), copy.deepcopy(a)
+            found.append(
+                Slip(
+                    "arguments_swapped",
+                    f"two arguments of `{shown}` are in each other's place (its arguments {i + 1} and {j + 1} swapped)",
+                    f"Pass `{shown}` its arguments in the order it takes them.",
+                    changed,
+                )
+            )
+    if (
+        name in ("cat", "concat", "concatenate", "stack")
+        and node.args
+        and isinstance(node.args[0], (ast.Tuple, ast.List))
+        and len(node.args[0].elts) == 2
+    ):
+        changed = copy.deepcopy(node)
+        changed.args[0].elts.reverse()
+        found.append(
+            Slip(
+                "pieces_swapped",
+                f"the two pieces given to `{name}` are in each other's place (the halves swapped)",
+                "Put the pieces in the order of the formula.",
+                changed,
+            )
+        )
+    return found
+
+
+def _tiled(node):
+    """``x.repeat_interleave(r, dim=d)`` as ``torch.cat([x] * r, dim=d)``: the tiling a ``repeat`` along that one
+    dimension makes (``repeat`` itself takes a count per dimension); None where its form is another."""
+    receiver = node.func.value if isinstance(node.func, ast.Attribute) and _name(node.func.value) != "torch" else None
+    args = list(node.args)
+    tensor = receiver if receiver is not None else (args.pop(0) if args else None)
+    dims = [k.value for k in node.keywords if k.arg == "dim"]
+    count = args[0] if args else next((k.value for k in node.keywords if k.arg == "repeats"), None)
+    dim = dims[0] if dims else (args[1] if len(args) > 1 else None)
+    if tensor is None or count is None or dim is None:
+        return None
+    pieces = ast.BinOp(ast.List([tensor], ast.Load()), ast.Mult(), count)
+    return ast.Call(
+        ast.Attribute(ast.Name("torch", ast.Load()), "cat", ast.Load()), [pieces], [ast.keyword("dim", dim)]
+    )
+
+
+def _look_alike(node, name):
+    found = []
+    if name == "repeat_interleave":
+        tiled = _tiled(node)
+        if tiled is not None:
+            _, mistake, fix = LOOK_ALIKE[name]
+            found.append(Slip("repeat_interleave_for_repeat", mistake, fix, tiled))
+        return found
+    alikes = ([LOOK_ALIKE[name]] if name in LOOK_ALIKE else []) + MORE_LOOK_ALIKE.get(name, [])
+    for other, mistake, fix in alikes if isinstance(node.func, (ast.Attribute, ast.Name)) else ():
+        changed = copy.deepcopy(node)
+        if isinstance(changed.func, ast.Attribute):
+            changed.func.attr = other
+        else:
+            changed.func.id = other
+        kind = "sin_cos_swapped" if name in ("sin", "cos") else f"{name}_for_{other}"  # (both at once: one mistake)
+        found.append(Slip(kind, mistake, fix, changed))
+    if name == "gelu":
+        approximate = next((k for k in node.keywords if k.arg == "approximate"), None)
+        changed = copy.deepcopy(node)
+        if approximate is None:
+            changed.keywords.append(ast.keyword("approximate", ast.Constant("tanh")))
+            found.append(
+                Slip(
+                    "gelu_approximated",
+                    "the tanh approximation of GELU where the exact GELU belongs",
+                    "Use the exact GELU (F.gelu(x), approximate='none').",
+                    changed,
+                )
+            )
+        else:
+            changed.keywords = [k for k in changed.keywords if k.arg != "approximate"]
+            found.append(
+                Slip(
+                    "gelu_exact",
+                    "the exact GELU where its tanh approximation belongs",
+                    "Use GELU's tanh approximation (approximate='tanh').",
+                    changed,
+                )
+            )
+    return found
+
+
+def _layers_swapped(node):
+    """In an expression of two sides that each call a layer of the module (``self.w1(x)``, ``self.w3(x)``): the two
+    layers in each other's place."""
+
+    def layers(side):
+        return {n.func.attr for n in ast.walk(side) if isinstance(n, ast.Call) and _self_attribute(n.func)}
+
+    left, right = layers(node.left), layers(node.right)
+    found = []
+    for a in sorted(left - right):
+        for b in sorted(right - left):
+            changed = copy.deepcopy(node)
+            for call in ast.walk(changed):
+                if isinstance(call, ast.Call) and _self_attribute(call.func) and call.func.attr in (a, b):
+                    call.func.attr = b if call.func.attr == a else a
+            found.append(
+                Slip(
+                    "layers_swapped",
+                    f"the layers `{a}` and `{b}` are in each other's place",
+                    f"Apply `{a}` and `{b}` where the formula applies each.",
+                    changed,
+                )
+            )
+    return found
+
+
+def _is_small_constant(node):
+    value = _number(node)
+    if value is not None:
+        return 0 < abs(value) < 1e-2
+    text = ast.unparse(node).lower()
+    return "eps" in text
+
+
+ROOTS = ("sqrt", "rsqrt")
+
+
+def _constant_moved_in(node, name):
+    """``sqrt(v + eps)`` -> ``sqrt(v) + eps`` (``rsqrt(v + eps)`` -> ``1 / (sqrt(v) + eps)``)."""
+    if name not in ROOTS or len(node.args) != 1 or node.keywords:
+        return []
+    inner = node.args[0]
+    if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and _is_small_constant(inner.right)):
+        return []
+    root = copy.deepcopy(node)
+    if isinstance(root.func, ast.Attribute):
+        root.func.attr = "sqrt"
+    else:
+        root.func.id = "sqrt"
+    root.args = [inner.left]
+    moved = ast.BinOp(root, ast.Add(), inner.right)
+    if name == "rsqrt":
+        moved = ast.BinOp(ast.Constant(1.0), ast.Div(), moved)
+    return [
+        Slip(
+            "constant_outside",
+            "the small constant (eps) is added outside the square root instead of inside "
+            "it: sqrt(v) + eps where sqrt(v + eps) belongs",
+            "Add eps under the square root: sqrt(v + eps).",
+            moved,
+        )
+    ]
+
+
+def _constant_moved_out(node):
+    """``sqrt(v) + eps`` -> ``sqrt(v + eps)``."""
+    if not (
+        isinstance(node.op, ast.Add)
+        and isinstance(node.left, ast.Call)
+        and _name(node.left) == "sqrt"
+        and len(node.left.args) == 1
+        and _is_small_constant(node.right)
+    ):
+        return []
+    moved = copy.deepcopy(node.left)
+    moved.args = [ast.BinOp(moved.args[0], ast.Add(), node.right)]
+    return [
+        Slip(
+            "constant_inside",
+            "the small constant (eps) is added inside the square root instead of outside "
+            "it: sqrt(v + eps) where sqrt(v) + eps belongs",
+            "Add eps after the square root: sqrt(v) + eps.",
+            moved,
+        )
+    ]
+
+
+def _dropped_terms(node):
+    if not isinstance(node.op, (ast.Add, ast.Sub)) or _constant(node.left) or _constant(node.right):
+        return []
+    found = []
+    if isinstance(node.op, ast.Add):
+        for kept, dropped in ((node.right, node.left), (node.left, node.right)):
+            text = ast.unparse(dropped).lower()
+            if isinstance(dropped, ast.Name) and dropped.id in _sublayer_inputs(kept):
+                found.append(
+                    Slip(
+                        "residual_missing",
+                        "the residual (skip) connection is left out: the output is the "
+                        "sublayer's alone, without its input added back",
+                        "Add the input back: x + sublayer(x).",
+                        kept,
+                    )
+                )
+            elif "bias" in text:
+                found.append(Slip("bias_missing", "the bias is not added", "Add the bias there.", kept))
+            else:
+                found.append(
+                    Slip(
+                        "term_missing",
+                        "an added term is left out (a where a + b belongs)",
+                        "Add both terms, as the formula does.",
+                        kept,
+                    )
+                )
+    elif not (isinstance(node.right, ast.Call) and _name(node.right) == "mean"):
+        found.append(
+            Slip(
+                "subtracted_term_missing",
+                "a subtracted term is left out (a where a - b belongs)",
+                "Subtract it, as the formula does.",
+                node.left,
+            )
+        )
+    return found
+
+
+def _sublayer_inputs(node):
+    """The names read by the arguments of the module's layers (``self.attn(self.norm(x))``: x) that ``node``
+    calls: what a residual connection adds back."""
+    found = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and _self_attribute(call.func):
+            found |= {n.id for arg in call.args for n in ast.walk(arg) if isinstance(n, ast.Name)}
+    return found
+
+
+def _division_missing(node):
+    """``a / b`` as ``a``, ``b`` not a constant nor a square root (those are the scale's slips): the result not
+    divided by its normaliser."""
+    if not isinstance(node.op, ast.Div) or _constant(node.right) or _constant(node.left):
+        return []
+    if isinstance(node.right, ast.Call) and _name(node.right) in ("sqrt", "rsqrt"):
+        return []
+    return [
+        Slip(
+            "division_missing",
+            "a division is left out: the result is not divided by its normaliser (a where a / n belongs)",
+            "Divide by the normaliser, as the formula does.",
+            node.left,
+        )
+    ]
+
+
+def _siblings(holder, owner_names):
+    """An operation applied to one more, or one fewer, of the tensors of one kind: in one body, statements
+    ``a = f(a, ...)``, ``b = f(b, ...)`` for sibling tensors made alike (``a``, ``b``, ``c`` from statements of one
+    shape), where ``f`` is left out for one, or applied to ``c`` too."""
+    body = holder.body
+    made, applied = {}, {}
+    for i, statement in enumerate(body):
+        if not (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            continue
+        target, value = statement.targets[0].id, statement.value
+        if (
+            isinstance(value, ast.Call)
+            and value.args
+            and isinstance(value.args[0], ast.Name)
+            and value.args[0].id == target
+        ):
+            applied.setdefault(_name(value) or ast.unparse(value.func), []).append((i, target))
+        else:
+            made.setdefault(target, (i, _skeleton(value)))
+    found = []
+    for function, uses in applied.items():
+        if len(uses) < 2:
+            continue
+        shown = _shown(function, owner_names)
+        what = f"`{shown}`" if shown else "a step"
+        for i, _target in uses:
+            changed = copy.deepcopy(holder)
+            changed.body = [s for j, s in enumerate(body) if j != i] or [ast.Pass()]
+            found.append(
+                Slip(
+                    "applied_to_one_fewer",
+                    f"{what} is left out for one of the tensors it belongs on (it is applied to some of them, not all)",
+                    f"Apply {what} to each tensor the formula applies it to.",
+                    changed,
+                )
+            )
+        skeletons = {made[t][1] for _, t in uses if t in made}
+        if len(skeletons) != 1:
+            continue
+        (skeleton,) = skeletons
+        done = {t for _, t in uses}
+        last = uses[-1][0]
+        for other, (j, shape) in made.items():
+            if other in done or shape != skeleton or j > last:
+                continue
+            statement = copy.deepcopy(body[last])
+            statement.targets = [ast.Name(other, ast.Store())]
+            statement.value.args[0] = ast.Name(other, ast.Load())
+            changed = copy.deepcopy(holder)
+            changed.body = [*body[: last + 1], statement, *body[last + 1 :]]
+            found.append(
+                Slip(
+                    "applied_to_one_more",
+                    f"{what} is applied to one more tensor than it belongs on (to a "
+                    f"sibling made the same way, as to the values as well as the "
+                    f"queries and keys)",
+                    f"Apply {what} only to the tensors the formula applies it to.",
+                    changed,
+                )
+            )
+    return found
+
+
+def _skeleton(value):
+    """An expression's shape with its names and attributes left out: ``self.wq(x).view(...)`` and
+    ``self.wk(x).view(...)`` are alike."""
+    tree = copy.deepcopy(value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _self_attribute(node):
+            node.attr = "_"
+        if isinstance(node, ast.Name) and node.id not in ("self", "torch", "F"):
+            node.id = "_"
+    return ast.dump(tree)
+
+
+def _one_off(node):
+    """``n + 1`` as ``n`` (and ``n - 1`` as ``n``): a count or an index one off."""
+    if not (isinstance(node.op, (ast.Add, ast.Sub)) and _number(node.right) == 1 and not _constant(node.left)):
+        return []
+    sign = "+" if isinstance(node.op, ast.Add) else "-"
+    return [
+        Slip(
+            "one_off",
+            f"a `{sign} 1` is left out: a count or an index is one off",
+            f"Keep the `{sign} 1` of the formula there.",
+            node.left,
+        )
+    ]
+
+
+def _variance_of_squares(node, name):
+    """``((x - m) ** 2).mean(dim)`` as the unbiased variance: the sum over the count less one."""
+    if name != "mean" or not isinstance(node.func, ast.Attribute):
+        return []
+    squared = node.func.value
+    if not (isinstance(squared, ast.BinOp) and isinstance(squared.op, ast.Pow) and _number(squared.right) == 2):
+        return []
+    dims = [k.value for k in node.keywords if k.arg == "dim"] or node.args[:1]
+    if not dims:
+        return []
+    summed = copy.deepcopy(node)
+    summed.func.attr = "sum"
+    count = ast.BinOp(
+        ast.Subscript(ast.Attribute(copy.deepcopy(squared), "shape", ast.Load()), dims[0], ast.Load()),
+        ast.Sub(),
+        ast.Constant(1),
+    )
+    return [
+        Slip(
+            "unbiased_variance",
+            "the variance is the unbiased one (divided by n - 1) instead of the biased one (divided by n)",
+            "Use the biased variance: unbiased=False (divide by n).",
+            ast.BinOp(summed, ast.Div(), count),
+        )
+    ]
+
+
+def _layer_call(node):
+    """The layer's name of ``self.<layer>(one argument)``; None."""
+    if isinstance(node, ast.Call) and _self_attribute(node.func) and len(node.args) == 1 and not node.keywords:
+        return node.func.attr
+    return None
+
+
+POST_FOR_PRE = (
+    "the residual is added after the normalisation (x + norm(f(x))) where it belongs before it (norm(x + f(x)))",
+    "Add the input back first, then normalise the sum: norm(x + f(x)).",
+)
+PRE_NORM = (
+    "the normalisation is applied to the sublayer's input (pre-norm: x + f(norm(x))) where it belongs "
+    "after the residual sum (post-norm: norm(x + f(x)))",
+    "Normalise the residual sum: norm(x + f(x)).",
+)
+POST_NORM = (
+    "the normalisation is applied after the residual sum (post-norm: norm(x + f(x))) where it belongs on "
+    "the sublayer's input (pre-norm: x + f(norm(x)))",
+    "Normalise the sublayer's input: x + f(norm(x)).",
+)
+
+
+def _normalises(layer, norms):
+    return bool(layer) and (layer in norms or "norm" in layer.lower())
+
+
+def _norm_order(node, norms=frozenset()):
+    """``self.norm(x + y)`` as ``x + self.norm(y)``: the residual added after the normalisation."""
+    layer = _layer_call(node)
+    inner = node.args[0] if layer else None
+    if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and _normalises(layer, norms)):
+        return []
+    normed = ast.Call(copy.deepcopy(node.func), [inner.right], [])
+    return [Slip("residual_after_norm", *POST_FOR_PRE, ast.BinOp(inner.left, ast.Add(), normed))]
+
+
+def _norm_order_back(node, norms=frozenset()):
+    """``x + f(self.norm(x))`` (pre-norm) as ``self.norm(x + f(x))`` (post-norm)."""
+    if not isinstance(node.left, ast.Name):
+        return []
+    found = []
+    for call in ast.walk(node.right):
+        layer = _layer_call(call)
+        if _normalises(layer, norms) and isinstance(call.args[0], ast.Name) and call.args[0].id == node.left.id:
+            right = copy.deepcopy(node.right)
+            for inner in ast.walk(right):
+                for field, value in ast.iter_fields(inner):
+                    if isinstance(value, list):
+                        value[:] = [node.left if ast.dump(v) == ast.dump(call) else v for v in value]
+                    elif isinstance(value, ast.AST) and ast.dump(value) == ast.dump(call):
+                        setattr(inner, field, node.left)
+            post = ast.Call(copy.deepcopy(call.func), [ast.BinOp(node.left, ast.Add(), right)], [])
+            found.append(Slip("post_norm", *POST_NORM, post))
+    return found
+
+
+def _pre_norm(holder, norms=frozenset()):
+    """A post-norm block, ``h = self.norm(x + y)`` with ``y`` computed from ``x`` before it, made pre-norm: the
+    statements from ``x``'s last assignment up to it read ``self.norm(x)`` for ``x``, and it becomes ``h = x + y``;
+    each block alone, and every block of the body at once (a layer written pre-norm throughout)."""
+    blocks = []
+    for i, statement in enumerate(holder.body):
+        value = statement.value if isinstance(statement, (ast.Assign, ast.Return)) else None
+        layer = _layer_call(value) if value is not None else None
+        inner = value.args[0] if layer else None
+        if (
+            _normalises(layer, norms)
+            and isinstance(inner, ast.BinOp)
+            and isinstance(inner.op, ast.Add)
+            and isinstance(inner.left, ast.Name)
+            and isinstance(inner.right, ast.Name)
+        ):
+            blocks.append(i)
+    sets = [[i] for i in blocks] + ([blocks] if len(blocks) > 1 else [])
+    return [Slip("pre_norm", *PRE_NORM, _made_pre_norm(holder, chosen)) for chosen in sets]
+
+
+def _made_pre_norm(holder, blocks):
+    changed = copy.deepcopy(holder)
+    body = changed.body
+    for i in blocks:
+        value = body[i].value
+        norm, inner = value.func, value.args[0]
+        x = inner.left.id
+        start = max([j + 1 for j in range(i) if _assigns(body[j], x)], default=0)
+
+        def normed(x=x, norm=norm):
+            return ast.Call(copy.deepcopy(norm), [ast.Name(x, ast.Load())], [])
+
+        for statement in body[start:i]:
+            for node in ast.walk(statement):
+                for field, child in ast.iter_fields(node):
+                    if isinstance(child, ast.Name) and child.id == x and isinstance(child.ctx, ast.Load):
+                        setattr(node, field, normed())
+                    elif isinstance(child, list):
+                        child[:] = [
+                            normed() if isinstance(c, ast.Name) and c.id == x and isinstance(c.ctx, ast.Load) else c
+                            for c in child
+                        ]
+        body[i].value = ast.BinOp(ast.Name(x, ast.Load()), ast.Add(), ast.Name(inner.right.id, ast.Load()))
+    return changed
+
+
+def _assigns(statement, name):
+    return isinstance(statement, ast.Assign) and any(
+        isinstance(n, ast.Name) and n.id == name for t in statement.targets for n in ast.walk(t)
+    )
+
+
+def _parameter_swapped(function):
+    """Each read of one of the function's parameters as another of them: keys and values taken from ``x`` where
+    ``context`` belongs (a parameter's name is the student's own: the signature is the hand-out's)."""
+    params = [
+        a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs] if a.arg != "self"
+    ]
+    read = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    found = []
+    for param in params:
+        if param not in read:
+            continue
+        for other in params:
+            if other == param:
+                continue
+            changed = copy.deepcopy(function)  # every read of it (keys and values both from x: one mistake)
+            for node in ast.walk(changed):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id == param:
+                    node.id = other
+            found.append(
+                Slip(
+                    "parameter_swapped",
+                    f"`{other}` is used where `{param}` belongs",
+                    f"Use `{param}` there, as the formula does.",
+                    changed,
+                )
+            )
+    return found
+
+
+def _sizes(function):
+    """The sizes a function names from its inputs' shapes: unpacked from a ``.shape`` (``B, T, D = x.shape``) or
+    read into a name (``d = x.size(-1)``). (A module's own sizes, ``self.d_out``, are the scale slips' own.)"""
+    names = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_shape(node.value):
+            target = node.targets[0]
+            targets = target.elts if isinstance(target, ast.Tuple) else [target]
+            names += [e.id for e in targets if isinstance(e, ast.Name) and e.id not in names]
+    return [ast.Name(n, ast.Load()) for n in names]
+
+
+def _is_shape(node):
+    """``x.shape``, ``x.shape[k]``, ``x.size()`` or ``x.size(k)``."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Attribute) and node.func.attr == "size"
+    return isinstance(node, ast.Attribute) and node.attr == "shape"
+
+
+def _rooted(node):
+    """The size under a square root at ``node`` (``sqrt(d)``, ``d ** 0.5``, ``d ** -0.5``): (its holder, field)."""
+    if isinstance(node, ast.Call) and _name(node) in ("sqrt", "rsqrt") and len(node.args) == 1:
+        return node, "args"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and _number(node.right) in (0.5, -0.5):
+        return node, "left"
+    return None, None
+
+
+def _size_swapped(function):
+    """The size under a scale's square root read as another size of the function: ``sqrt(D)`` (the model's
+    width) where ``sqrt(self.head_dim)`` belongs."""
+    sizes = _sizes(function)
+    if not sizes:
+        return []
+    found = []
+    for index, node in enumerate(ast.walk(function)):
+        holder, field = _rooted(node)
+        if holder is None:
+            continue
+        size = holder.args[0] if field == "args" else holder.left
+        if not (isinstance(size, ast.Name) or _self_attribute(size) or _is_shape(size)):
+            continue
+        was = ast.unparse(size)
+        for other in sizes:
+            now = ast.unparse(other)
+            if now == was:
+                continue
+            changed = copy.deepcopy(function)
+            target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+            if field == "args":
+                target.args[0] = copy.deepcopy(other)
+            else:
+                target.left = copy.deepcopy(other)
+            found.append(
+                Slip(
+                    "scale_by_other_size",
+                    f"the scale takes the square root of `{now}` where `{was}` belongs: another size",
+                    f"Scale by the square root of `{was}`, the size the formula names (each key's).",
+                    changed,
+                )
+            )
+    return found
+
+
+def _factor_unused(node):
+    """``y * self.weight`` as ``y``: a parameter (or buffer) of the module never used."""
+    if not isinstance(node.op, (ast.Mult, ast.Div)):
+        return []
+    found = []
+    for kept, factor in ((node.left, node.right), (node.right, node.left)):
+        if _self_attribute(factor) and not _constant(kept):
+            found.append(
+                Slip(
+                    "parameter_unused",
+                    f"the result is not {'multiplied' if isinstance(node.op, ast.Mult) else 'divided'} "
+                    f"by `{factor.attr}`: the module's `{factor.attr}` is never used",
+                    f"Use `{factor.attr}` as the formula does.",
+                    kept,
+                )
+            )
+    return found
+
+
+_DIVIDED_MULTIPLIED = {
+    ast.Div: (
+        ast.Mult,
+        "multiplied_for_divided",
+        "multiplied where it should be divided (a * b where a / b belongs)",
+        "Divide there, as the formula does.",
+    ),
+    ast.Mult: (
+        ast.Div,
+        "divided_for_multiplied",
+        "divided where it should be multiplied (a / b where a * b belongs)",
+        "Multiply there, as the formula does.",
+    ),
+}
+
+
+def _multiplied_for_divided(node):
+    """``a / b`` as ``a * b`` (and back), ``b`` not a constant nor a square root (the scale's own slips); a product
+    with a parameter is left alone (a scale or a gain multiplies)."""
+    if not isinstance(node.op, (ast.Div, ast.Mult)) or _constant(node.right) or _constant(node.left):
+        return []
+    if isinstance(node.right, ast.Call) and _name(node.right) in ("sqrt", "rsqrt"):
+        return []
+    if isinstance(node.op, ast.Mult) and (_self_attribute(node.right) or _self_attribute(node.left)):
+        return []
+    other, kind, sentence, fix = _DIVIDED_MULTIPLIED[type(node.op)]
+    return [Slip(kind, sentence, fix, ast.BinOp(node.left, other(), node.right))]
+
+
+FIXED_AXIS_CALLS = ("mean", "sum", "var", "std", "amax", "max", "logsumexp", "softmax", "log_softmax", "norm")
+
+
+def _fixed_axis(node, name):
+    """A reduction's (or a softmax's) axis counted from the end, ``dim=-1``, written as a fixed axis, ``dim=1``:
+    right for inputs of one number of dimensions only (2-D here)."""
+    if name not in FIXED_AXIS_CALLS:
+        return []
+    method = isinstance(node.func, ast.Attribute) and _name(node.func.value) not in ("torch", "F", "functional")
+    where, dim = _argument(node, "dim", 0 if method else 1)
+    value = _number(dim)
+    if where is None or value is None or value >= 0:
+        return []
+    found = []
+    for fixed in (1, 2, 3):
+        found.append(
+            Slip(
+                "axis_fixed",
+                f"the {name} is taken over dim {fixed}, a fixed axis, where dim {value:g} (counted from the end) "
+                f"belongs: right only for inputs of {fixed - value:g} dimensions",
+                f"Count the axis from the end (dim={value:g}), so that any number of leading dimensions works.",
+                _with_argument(node, where, _literal(fixed)),
+            )
+        )
+    return found
+
+
+def _axes_reordered(node, name):
+    """Two neighbouring axes of a ``permute`` in each other's place: patches read column by column where the rows
+    come first, a tensor's channels last where they come first."""
+    if name != "permute" or node.keywords or len(node.args) < 3:
+        return []
+    axes = [_number(a) for a in node.args]
+    if any(a is None for a in axes):
+        return []
+    found = []
+    for i in range(len(axes) - 1):
+        changed = copy.deepcopy(node)
+        changed.args[i], changed.args[i + 1] = copy.deepcopy(node.args[i + 1]), copy.deepcopy(node.args[i])
+        found.append(
+            Slip(
+                "axes_reordered",
+                "two axes of a permute are in each other's place (the tensor's dimensions come out in the wrong order)",
+                "Order the axes as the formula's layout asks.",
+                changed,
+            )
+        )
+    return found
+
+
+SPLITS = ("chunk", "split", "unbind", "tensor_split")
+
+
+def _unpacked_in_another_order(node):
+    """``q, k, v = qkv.chunk(3, -1)`` (or ``= qkv[0], qkv[1], qkv[2]``) as ``k, q, v = ...``: the pieces of a split
+    taken in another order."""
+    target = node.targets[0] if len(node.targets) == 1 else None
+    if not (
+        isinstance(target, ast.Tuple)
+        and 2 <= len(target.elts) <= 4
+        and all(isinstance(e, ast.Name) for e in target.elts)
+    ):
+        return []
+    value = node.value
+    split = isinstance(value, ast.Call) and _name(value) in SPLITS
+    indexed = (
+        isinstance(value, ast.Tuple)
+        and len(value.elts) == len(target.elts)
+        and all(isinstance(e, ast.Subscript) for e in value.elts)
+    )
+    if not (split or indexed):
+        return []
+    found = []
+    for i in range(len(target.elts) - 1):
+        changed = copy.deepcopy(node)
+        elts = changed.targets[0].elts
+        elts[i], elts[i + 1] = elts[i + 1], elts[i]
+        found.append(
+            Slip(
+                "pieces_in_another_order",
+                "the pieces a tensor is split into are taken in another order (two of them in each other's place)",
+                "Take the pieces in the order the tensor holds them.",
+                changed,
+            )
+        )
+    return found

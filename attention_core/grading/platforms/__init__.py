@@ -1,0 +1,1 @@
+"""Hand-outs and platforms: the template, Gradescope's autograder, PrairieLearn's question, GitHub Classroom."""
