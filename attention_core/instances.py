@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import torch
 
 INSTANCE = "instance"  # the key of the record that stands first in a class call's arguments
-MODES = ("eval", "train")
 
 
 class StateMismatch(Exception):

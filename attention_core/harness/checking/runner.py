@@ -18,11 +18,11 @@ from attention_core.harness.checking import calls, compare, tolerance
 from attention_core.harness.checking.calls import graded_arguments, reference_of  # noqa: F401 (its front ends' way in)
 from attention_core.harness.checking.inputs import has_rounded_inputs, materialise
 from attention_core.harness.checking.preparation import Preparation
-from attention_core.harness.checking.refusals import REFERENCE, copied, reference_refuses, too_large  # noqa: F401
+from attention_core.harness.checking.refusals import REFERENCE  # noqa: F401 (its front ends' way in)
 from attention_core.harness.checking.results import Failure, Result, Status
 from attention_core.harness.languages.expr import ExprError
 from attention_core.harness.reading import assignment as assignments
-from attention_core.harness.reading.items import CheckItem, LoadError, collect, locations_relative_to  # noqa: F401 (its front ends' way in)
+from attention_core.harness.reading.items import CheckItem, collect, locations_relative_to  # noqa: F401 (its front ends' way in)
 from attention_core.harness.reading.model import (
     CallCheck,
     DrawInput,

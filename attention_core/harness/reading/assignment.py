@@ -108,13 +108,6 @@ class Assignment:
     def returns(self, name):
         return self.graded[name].returns
 
-    def source_of(self, name):
-        """The reference's source text of ``name`` (for mutants and adequacy), or ""."""
-        try:
-            return textwrap.dedent(inspect.getsource(getattr(self.reference, name)))
-        except (OSError, TypeError):
-            return ""
-
 
 def callables(module, graded):
     """name -> callable for the graded names of ``module`` (a reference, or an implementation): a class

@@ -292,7 +292,6 @@ def _draw(kind):
     return check
 
 
-_STRING = {"type": "string"}
 _NUMBERS = {"x-numbers": True}  # becomes {"$ref": "#/$defs/Numbers"} (model.json_schema): pydantic resolves refs
 NUMBERS_SCHEMA = {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array", "items": _NUMBERS}]}
 _SIZE = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}}
