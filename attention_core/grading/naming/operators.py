@@ -152,7 +152,7 @@ def operators(node, owner_names=(), norms=frozenset()):
     if isinstance(node, ast.Assign):
         found += _unpacked_in_another_order(node)
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
-        found += _siblings(node, owner_names) + _pre_norm(node, norms)
+        found += _siblings(node, owner_names) + _pre_norm(node, norms) + _post_norm(node, norms)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
         found += _parameter_swapped(node) + _size_swapped(node)
     return found
@@ -711,6 +711,66 @@ def _made_pre_norm(holder, blocks):
                         ]
         body[i].value = ast.BinOp(ast.Name(x, ast.Load()), ast.Add(), ast.Name(inner.right.id, ast.Load()))
     return changed
+
+
+def _post_norm(holder, norms=frozenset()):
+    """A pre-norm block across statements, ``x = x + y`` with ``y`` computed from ``self.norm(x)`` since ``x``'s
+    last assignment, made post-norm: those reads of ``self.norm(x)`` read ``x``, and the sum becomes
+    ``x = self.norm(x + y)``; each block alone, and every block of the body at once."""
+    blocks = []
+    for i, statement in enumerate(holder.body):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+            continue
+        target, value = statement.targets[0], statement.value
+        if not (
+            isinstance(target, ast.Name)
+            and isinstance(value, ast.BinOp)
+            and isinstance(value.op, ast.Add)
+            and isinstance(value.left, ast.Name)
+            and value.left.id == target.id
+        ):
+            continue
+        x = target.id
+        start = max([j + 1 for j in range(i) if _assigns(holder.body[j], x)], default=0)
+        normed = [
+            call
+            for statement_ in holder.body[start : i + 1]
+            for call in ast.walk(statement_)
+            if _normalises(_layer_call(call), norms)
+            and len(call.args) == 1
+            and isinstance(call.args[0], ast.Name)
+            and call.args[0].id == x
+        ]
+        if len({ast.dump(call.func) for call in normed}) == 1:  # one norm of x feeds the sublayer
+            blocks.append((i, start, normed[0].func))
+    sets = [[b] for b in blocks] + ([blocks] if len(blocks) > 1 else [])
+    return [Slip("post_norm", *POST_NORM, _made_post_norm(holder, chosen)) for chosen in sets]
+
+
+def _made_post_norm(holder, blocks):
+    changed = copy.deepcopy(holder)
+    body = changed.body
+    for i, start, norm in blocks:
+        x = body[i].targets[0].id
+        for statement in body[start : i + 1]:
+            for node in ast.walk(statement):
+                for field, child in ast.iter_fields(node):
+                    if _is_norm_of(child, norm, x):
+                        setattr(node, field, ast.Name(x, ast.Load()))
+                    elif isinstance(child, list):
+                        child[:] = [ast.Name(x, ast.Load()) if _is_norm_of(c, norm, x) else c for c in child]
+        body[i].value = ast.Call(copy.deepcopy(norm), [body[i].value], [])
+    return changed
+
+
+def _is_norm_of(node, norm, x):
+    return (
+        isinstance(node, ast.Call)
+        and ast.dump(node.func) == ast.dump(norm)
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == x
+    )
 
 
 def _assigns(statement, name):
