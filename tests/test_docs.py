@@ -92,3 +92,21 @@ def test_the_readme_s_worked_case_passes_as_written(tmp_path):
     broken = case.replace("0.6652", "0.6653")  # one digit off: the check fails
     (tmp_path / "softmax.yaml").write_text(broken, encoding="utf-8")
     assert check_command(tmp_path, covered(["cpu"]), False, out=io.StringIO()) == 1
+
+
+def test_the_readme_s_table_has_the_columns_and_first_row_the_check_command_prints():
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    run = subprocess.run(
+        [sys.executable, "-m", "attention_core", "--device", "cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    printed = run.stdout.splitlines()
+    shown = (ROOT / "README.md").read_text(encoding="utf-8").split("```\ndocument", 1)[1].splitlines()
+    assert printed[0].split() == ["document", *shown[0].split()]
+    row, readme = printed[1].split(), shown[1].split()
+    assert row[:2] == readme[:2] and row[-5:-3] == readme[-5:-3]  # the document, its passed and failed checks
