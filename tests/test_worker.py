@@ -492,11 +492,12 @@ def test_the_time_budget_ends_calls_once_spent(submit):
     assert s.call("causal_average", (torch.ones(1),), timeout=0.6).status == "timeout"
     second = s.call("causal_average", (torch.ones(1),), timeout=0.6)
     # Cut to what is left of the budget (imports counted): of its CPU time, or of its wall-clock time, which
-    # the first call and the replacement's import spent a little more of.
+    # the first call and the replacement's import spent a little more of; on a loaded machine they may have spent
+    # all of it, and the call is refused before it starts.
     assert second.status == "timeout" and second.seconds < 0.6, second.message
     assert re.fullmatch(
         r"the call did not return within 0\.\d+ s of CPU time|the submission's time budget of 1 s "
-        r"is spent \(in wall-clock time: it waited rather than computed\)",
+        r"is spent( \(in wall-clock time: it waited rather than computed\))?",
         second.message,
     )
     spent = s.call("softmax", (torch.ones(1),))
