@@ -62,13 +62,27 @@ def places(tree, graded):
                     making |= {
                         id(node) for statement in method.body if _makes_layer(statement) for node in ast.walk(statement)
                     }
+    helpers = {}  # a module-level helper the graded names call (``_merge_heads``): its slips are each caller's
+    for top in tree.body:
+        if isinstance(top, ast.FunctionDef) and top.name not in graded:
+            callers = [
+                name
+                for name in contexts
+                if any(isinstance(n, ast.Name) and n.id == top.name for n in ast.walk(_top(tree, name)))
+            ]
+            for node in ast.walk(top) if callers else ():
+                helpers[id(node)] = callers
     for index, node in enumerate(ast.walk(tree)):
-        owner = owners.get(id(node))
-        if owner is not None:
-            found += [Place(owner, index, slip) for slip in slips(node, contexts[owner])]
+        for owner in [owners[id(node)]] if id(node) in owners else helpers.get(id(node), []):
+            context = contexts[owner] if id(node) in owners else Context()
+            found += [Place(owner, index, slip) for slip in slips(node, context)]
             if id(node) not in making:  # (a class's layers are made with the reference's parameters anyway)
-                found += [Place(owner, index, slip) for slip in operators(node, tuple(graded), contexts[owner].norms)]
+                found += [Place(owner, index, slip) for slip in operators(node, tuple(graded), context.norms)]
     return found
+
+
+def _top(tree, name):
+    return next(top for top in tree.body if getattr(top, "name", None) == name)
 
 
 def _makes_layer(statement):
@@ -99,7 +113,8 @@ def generate(chosen, source=None, path=None):
     except SyntaxError:
         return []
     tree.body = [node for node in tree.body if isinstance(node, DEFINITIONS)]
-    found, seen = [], {ast.unparse(tree)}  # (a change that changes nothing is no mistake)
+    unchanged = ast.unparse(tree)  # (a change that changes nothing is no mistake)
+    found, seen = [], set()
     made = places(tree, chosen.graded)
     alike = {}
     for place in made:  # the same slip made at every place of one name where it can be (k and v alike)
@@ -108,9 +123,10 @@ def generate(chosen, source=None, path=None):
     for number, group in enumerate([[place] for place in made] + every):
         place = group[0]
         module, text = _mutated(tree, group, path, vars(chosen.reference))
-        if module is None or text in seen:  # the same change made by two kinds: the first, more specific, kept
+        # The same change made by two kinds: the first, more specific, kept (a helper's, once for each caller).
+        if module is None or text == unchanged or (place.owner, text) in seen:
             continue
-        seen.add(text)
+        seen.add((place.owner, text))
         functions = assignments.callables(module, chosen.graded)
         words = (place.slip.mistake, place.slip.fix)
         found.append(
