@@ -34,9 +34,9 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from attention_core.authoring.record import round_trip
 from attention_core.grading.platforms import classroom
 from attention_core.grading.platforms.template import FILE_NAME
-from attention_core.grading.properties import worth
 from attention_core.harness.checking import calls, runner
 from attention_core.harness.reading.assignment import KIT_FILE
+from attention_core.harness.reading.points import of_check, visible
 
 
 def write_kit(assignment, kit, out=None, *, github_classroom=False):
@@ -127,12 +127,12 @@ def _kit_file(path, items, assignment, preparation, target):
         keep_checks = []
         for shared in raw_case["checks"]:
             item = next((i for i in case_items if i.check.id == shared.get("id")), None)
-            if item is None or not worth.visible(assignment, item) or _needs_reference(item, assignment):
+            if item is None or not visible(assignment, item) or _needs_reference(item, assignment):
                 left += 1
                 continue
             raw_check = copy.deepcopy(shared)  # a YAML alias may share it with another case: record into a copy
             if item.check.kind == "call":  # its points as resolved: the kit has no checks: to resolve them
-                raw_check["points"] = _number(worth.of_check(assignment, item, 0.0).points)
+                raw_check["points"] = _number(of_check(assignment, item, 0.0).points)
             if _makes_instance(item):
                 _record_instance(raw_check, item, preparation)
             _record_oracles(raw_check, item)

@@ -36,6 +36,7 @@ from attention_core.harness.checking import runner, torch_route
 from attention_core.harness.checking.results import Result, Status
 from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.model import ShapeExpectation
+from attention_core.harness.reading.points import of_check
 from attention_core.harness.text import escape, shorten
 from attention_core.harness.text import points as points_text
 
@@ -390,7 +391,7 @@ class Grader(BackwardChecks, PropertyGrades):
 
     def _worth(self, item):
         """(points, visibility, its backward check's points: 0 where it has none) of the loaded check ``item``."""
-        worth_ = worth.of_check(self.assignment, item, self.options.gradient_points)
+        worth_ = of_check(self.assignment, item, self.options.gradient_points)
         gradient_points = worth_.gradient_points if worth_.gradient_points > 0 and self._has_backward(item) else 0.0
         return worth_.points, worth_.visibility, gradient_points
 

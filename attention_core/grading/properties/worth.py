@@ -1,15 +1,11 @@
-"""What each check and property of an assignment is worth, and who sees it: resolved here alone.
-
-A check's points and visibility follow the rule of ``harness/reading/points.py`` (the students' self-check
-counts its points by it too, and the harness imports nothing of grading); it is re-exported here. A property's
+"""What each property of an assignment is worth, and who sees it (a check's: ``harness/reading/points.py``, the
+one rule the grader, the kit and the students' self-check read). A property's
 points are made in ``properties.probes`` from ``property_points`` and ``checks:`` (through
 :func:`property_points`); its visibility, like a check's, from ``checks:`` first.
 """
 
-from attention_core.harness.reading.points import Worth, of_check, visible
+from attention_core.harness.reading.points import Worth
 from attention_core.harness.text import first_given
-
-__all__ = ["Worth", "of_check", "of_property", "property_points", "visible"]
 
 
 def property_points(assignment, property_id, points):
