@@ -79,7 +79,7 @@ def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
 def test_the_readme_s_worked_case_passes_as_written(tmp_path):
     import io  # noqa: PLC0415
 
-    from attention_core.cli import check_command  # noqa: PLC0415
+    from attention_core.checks import check_command  # noqa: PLC0415
     from attention_core.harness.checking.devices import covered  # noqa: PLC0415
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

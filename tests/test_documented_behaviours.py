@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.cli import Shown, check_command
+from attention_core.checks import Shown, check_command
 from attention_core.grading.intake import ids
 from attention_core.grading.judging.grader import Grader
-from attention_core.grading.outputs import gradescope
-from attention_core.grading.outputs.batch import Score, Scores
+from attention_core.grading.outputs import gradebook, gradescope
+from attention_core.grading.outputs.scores import Score, Scores
 from attention_core.harness.checking import tolerance
 from attention_core.harness.checking.devices import covered
 from attention_core.harness.languages.tensor_text import parse_tensor
@@ -180,7 +180,7 @@ def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_pat
         Scores("alice", 1.5, 3, grades=[Score("f/c/a", 1.0, 1), Score("f/c/b", 0.5, 2)]),
         Scores("bob", 2, 3, grades=[Score("f/c/a", 0.0, 1), Score("f/c/b", 2.0, 2)]),
     ]
-    gradescope.write_gradebook(scores, tmp_path / "gradebook.csv")
+    gradebook.write_gradebook(scores, tmp_path / "gradebook.csv")
     rows = list(csv.reader((tmp_path / "gradebook.csv").open()))
     assert rows == [
         ["submission", "score", "max_score", "f/c/a", "f/c/b"],

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from attention_core.grading.intake import ids
-from attention_core.grading.outputs.gradescope import write_gradebook
+from attention_core.grading.outputs.gradebook import write_gradebook
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
 
@@ -88,7 +88,8 @@ def test_rows_of_different_maximums_are_reported(tmp_path):
 
 
 def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_first(tmp_path):
-    from attention_core.grading.outputs.batch import Score, Scores, class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.batch import class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.scores import Score, Scores  # noqa: PLC0415
 
     masked_after = "the mask is applied after the softmax"
     scores = [
@@ -110,7 +111,8 @@ def test_the_class_at_a_glance_counts_failed_checks_and_named_mistakes_largest_f
 
 
 def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mistakes_and_properties(tmp_path):
-    from attention_core.grading.outputs.batch import Score, Scores, class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.batch import class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.scores import Score, Scores  # noqa: PLC0415
     from attention_core.report.class_page import class_page  # noqa: PLC0415
 
     scores = [
@@ -121,7 +123,7 @@ def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mist
             grades=[
                 Score("f/c/k", 0, 1, ("the softmax is left out",)),
                 Score("f/c/j", 1, 1),
-                Score("properties/f/causal", 0, 1),
+                Score("properties/f/causal", 0, 1, kind="property"),
                 Score("f/c/half", 0.5, 1),
             ],
         ),
@@ -132,7 +134,7 @@ def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mist
             grades=[
                 Score("f/c/k", 1, 1),
                 Score("f/c/j", 1, 1),
-                Score("properties/f/causal", 1, 1),
+                Score("properties/f/causal", 1, 1, kind="property"),
                 Score("f/c/half", 1, 1),
             ],
         ),
@@ -223,16 +225,14 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
 
 
 def test_no_cell_of_a_csv_the_batch_writes_starts_a_formula_and_reading_it_back_gives_the_text(tmp_path):
-    from attention_core.grading.outputs import (
-        cells,
-        gradescope,  # noqa: PLC0415
-    )
-    from attention_core.grading.outputs.batch import Score, Scores, class_summary  # noqa: PLC0415
-    from attention_core.grading.outputs.gradescope import _existing_rows  # noqa: PLC0415
+    from attention_core.grading.outputs import cells, gradebook  # noqa: PLC0415
+    from attention_core.grading.outputs.batch import class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.gradebook import _existing_rows  # noqa: PLC0415
+    from attention_core.grading.outputs.scores import Score, Scores  # noqa: PLC0415
 
     names = ["=cmd|calc", "+1+1", "-x", "@SUM(A1)", "\tx", "'=quoted", "''", "'plain", "plain", "-1.5"]
     scores = [Scores(name, 1.0, 2, grades=[Score("f/c/k", 1.0, 2, ('=HYPERLINK("x")',))]) for name in names]
-    gradescope.write_gradebook(scores, tmp_path / "gradebook.csv")
+    gradebook.write_gradebook(scores, tmp_path / "gradebook.csv")
     class_summary(scores, tmp_path / "summary.csv")
     for written in ("gradebook.csv", "summary.csv"):
         with (tmp_path / written).open(newline="", encoding="utf-8") as handle:

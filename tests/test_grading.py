@@ -218,6 +218,18 @@ def test_a_rigged_tensor_subclass_is_compared_as_its_values(batch):
     assert not Path("/tmp/attention_core_rigged_marker").exists()
 
 
+@pytest.mark.grading
+def test_the_batch_command_grades_without_loading_torch_itself(tmp_path):
+    """The command reads, schedules and summarises; its grader processes load torch and grade (a slot's memory)."""
+    (tmp_path / "alice.py").write_text(REFERENCE, encoding="utf-8")
+    script = "import sys\nfrom attention_core import cli\ncode = cli.main(sys.argv[1:])\nprint(code, 'torch' in sys.modules)\n"
+    command = [sys.executable, "-c", script, "grade", str(tmp_path / "alice.py"), "--out", str(tmp_path / "out")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.stdout.splitlines()[-1] == "0 False", run.stdout + run.stderr
+    results = json.loads((folder(tmp_path / "out", "alice") / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == results["max_score"] > 0
+
+
 def test_the_template_declares_every_graded_function():
     namespace = {}
     exec(template(), namespace)  # noqa: S102 (our own text)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from attention_core import cli
+from attention_core import checks, cli
 from attention_core.harness.checking import runner
 from attention_core.harness.checking.results import Status
 from attention_core.harness.reading import inventory
@@ -108,7 +108,7 @@ def test_a_document_imports_as_a_draft_holding_every_print_the_inventory_lists(t
     assert said.startswith(f"{out}: {len(draft.cases)} draft cases, {prints} pending expectations")
     # Every expectation is pending, so the draft runs as pending, never as passed, and check exits 1.
     assert {runner.run(item).status for item in runner.collect(tmp_path)} == {Status.PENDING}
-    assert cli.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 1
+    assert checks.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 1
     for (name, cell), why in NOT_TENSOR_PRINTS.items():
         if name == document:  # the rows left out of the key print no tensor: nothing to find there
             assert cell not in found, why

@@ -167,21 +167,25 @@ def _made(tmp_path, correct, fifos):
     return subs, tmp_path / "out"
 
 
-# The batch with the guard of regular.py taken away: its set-up thread opens a FIFO as a zip and waits there for good.
+# The batch with the guard of regular.py taken away: a grader's set-up thread opens a FIFO as a zip and waits there
+# for good. A file, not -c: the grader processes (spawned) import it as their main module, so they lose the guard too.
 _UNGUARDED = (
     "import sys\n"
-    "from attention_core import cli\n"
     "from attention_core.grading.intake import regular\n"
     "regular.special = lambda path: None\n"
     "regular.open_regular = lambda path, shown=None: open(path, 'rb')\n"
-    "sys.exit(cli.main(sys.argv[1:]))\n"
+    "if __name__ == '__main__':\n"
+    "    from attention_core import cli\n"
+    "    sys.exit(cli.main(sys.argv[1:]))\n"
 )
 
 
 @pytest.mark.grading
 def test_sigterm_ends_a_batch_within_two_seconds_while_a_thread_is_blocked_on_a_fifo(tmp_path):
     subs, out = _made(tmp_path, correct=("a_correct.py", "c_correct.py"), fifos=("b_mallory.zip",))
-    command = [sys.executable, "-c", _UNGUARDED, "grade", "--assignment", str(HEAD), "--property-points", "0"]
+    (tmp_path / "unguarded.py").write_text(_UNGUARDED)
+    command = [sys.executable, str(tmp_path / "unguarded.py"), "grade", "--assignment", str(HEAD), "--property-points"]
+    command += ["0"]
     command += [*map(str, sorted(subs.iterdir())), "--out", str(out)]
     batch = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from attention_core import cli
+from attention_core import checks
 from attention_core.harness.checking import runner
 from attention_core.harness.reading import inventory
 from attention_core.harness.reading.cases import load_folder
@@ -36,8 +36,8 @@ def test_every_row_is_encoded_or_says_why_not():
 
 def test_the_docs_corpus_table_is_made_from_the_inventory():
     text = CORPUS_PAGE.read_text(encoding="utf-8")
-    start = text.index(cli.README_START) + len(cli.README_START)
-    table = text[start : text.index(cli.README_END)].strip()
+    start = text.index(checks.README_START) + len(checks.README_START)
+    table = text[start : text.index(checks.README_END)].strip()
     assert table == inventory.corpus_table(inventory.load(CASES), load_folder(CASES))
 
 
@@ -81,11 +81,11 @@ def test_a_check_in_no_row_is_reported(copy):
 
 def test_the_inventory_command_prints_the_table_or_the_problems(copy):
     out = io.StringIO()
-    assert cli.inventory_command(CASES, out=out) == 0
+    assert checks.inventory_command(CASES, out=out) == 0
     assert out.getvalue().startswith("| document | printed values | encoded | inputs | not encodable |")
     _edit(copy / "inventory" / "001_self_attention.csv", "encoded,four_by_four/input:out,", "done,,")
     out = io.StringIO()
-    assert cli.inventory_command(copy, out=out) == 1
+    assert checks.inventory_command(copy, out=out) == 1
     assert "status 'done' must be one of encoded, input, not encodable" in out.getvalue()
 
 

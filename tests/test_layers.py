@@ -21,7 +21,7 @@ LAYERS = [
     ("attention_core.grading.judging",),
     ("attention_core.grading.outputs",),
     ("attention_core.grading.platforms",),
-    ("attention_core.kit",),
+    ("attention_core.kit", "attention_core.checks"),
     ("attention_core.cli", "attention_core.__main__"),
 ]
 

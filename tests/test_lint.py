@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attention_core import cli
+from attention_core import checks, cli
 from attention_core.harness.checking import runner
 from attention_core.harness.checking.results import Status
 
@@ -96,7 +96,7 @@ def test_a_path_that_does_not_exist_is_an_error_at_line_1(tmp_path):
 def test_check_exits_1_while_an_expectation_is_pending_and_counts_it(tmp_path):
     (tmp_path / "draft.yaml").write_text((CORPUS / "pending.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     out = io.StringIO()
-    status = cli.check_command(tmp_path, ["cpu"], out=out)
+    status = checks.check_command(tmp_path, ["cpu"], out=out)
     table = out.getvalue().splitlines()
     assert status == 1
     assert table[0].split() == ["document", "passed", "failed", "skipped", "errors", "pending"]
@@ -106,7 +106,7 @@ def test_check_exits_1_while_an_expectation_is_pending_and_counts_it(tmp_path):
         (CORPUS / "pending.yaml").read_text(encoding="utf-8").replace("            pending: true\n", ""),
         encoding="utf-8",
     )
-    assert cli.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 0  # the mark removed: a passing check
+    assert checks.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 0  # the mark removed: a passing check
 
 
 def test_every_yaml_entry_of_a_folder_is_loaded_or_fails_with_its_reason_never_skipped(tmp_path):

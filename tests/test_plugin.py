@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core import cli
+from attention_core import checks
 from attention_core.harness.checking.devices import NO_CUDA, covered
 
 pytest_plugins = ["pytester"]
@@ -163,6 +163,6 @@ def test_another_folder_runs_the_whole_suite_and_leaves_the_projects_snapshots_a
 def test_the_command_line_covers_the_same_devices_and_gives_the_same_skip_reason(tmp_path):
     (tmp_path / "repro.yaml").write_text(REPRO, encoding="utf-8")
     out = io.StringIO()
-    assert cli.check_command(tmp_path, covered(), out=out) == 0
+    assert checks.check_command(tmp_path, covered(), out=out) == 0
     skipped = [line for line in out.getvalue().splitlines() if line.startswith("skipped:")]
     assert skipped == ([] if CUDA else [f"skipped: {NO_CUDA}"])

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_core import cli
+from attention_core import checks, cli
 from attention_core.harness.checking import runner, torch_route
 from attention_core.harness.checking.results import Status
 from attention_core.harness.reading import yaml_lines
@@ -162,7 +162,7 @@ def test_new_writes_a_commented_skeleton_that_loads_and_is_pending(tmp_path, cap
     assert load_file(path).errors == ()
     status, said = _run("lint", path)
     assert status == 0 and said.endswith("0 errors, 2 warnings\n")
-    assert cli.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 1  # pending until written
+    assert checks.check_command(tmp_path, ["cpu"], out=io.StringIO()) == 1  # pending until written
     assert _run("new", "my_tutorial", "--cases", tmp_path)[0] == 2
     assert "exists" in capsys.readouterr().err
 

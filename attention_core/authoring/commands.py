@@ -7,9 +7,6 @@ adds the parsers and dispatches to :data:`AUTHORING`.
 import sys
 from pathlib import Path
 
-from attention_core.harness.checking import runner
-from attention_core.harness.reading.cases import SCHEMA_FILE
-
 
 def add_authoring_commands(commands, common):
     """Add the authoring subcommands to ``commands`` (argparse's subparsers)."""
@@ -55,6 +52,8 @@ def lint_command(args, out=None):
     findings = lint(args.paths, default_folder=chosen.cases, assignment=chosen)
     for finding in findings:
         print(finding, file=out)
+    from attention_core.harness.checking import runner  # noqa: PLC0415
+
     items = [] if args.paths else runner.collect(chosen.cases, chosen)
     settings = chosen.settings_problems(items) if items else []
     for problem in settings:
@@ -185,6 +184,9 @@ def _refused(path, force, replace_with="give --force to replace it"):
 
 
 def _schema():
+    from attention_core.harness.checking import runner  # noqa: PLC0415
+    from attention_core.harness.reading.cases import SCHEMA_FILE  # noqa: PLC0415
+
     return runner.default_cases_folder() / SCHEMA_FILE
 
 

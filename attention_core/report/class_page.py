@@ -8,7 +8,7 @@ Self-contained (inline CSS, no script). Reads only the scores of the batch (``ba
 
 import html
 
-from attention_core.report.html import STYLE
+from attention_core.report.style import STYLE
 
 MOST_COLUMNS = 60  # checks drawn in the heatmap; the table below lists them all
 MOST_ROWS = 400  # submissions drawn in it

@@ -8,34 +8,24 @@ sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
 
 import collections
 import contextlib
-import ctypes
 import fcntl
-import gc
 import multiprocessing
 import os
 import queue
 import signal
 import sys
 import time
-import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from tqdm import tqdm
 
 from attention_core.grading.intake import folders, ids
-from attention_core.grading.judging.grader import Grader, sandbox_warning
 from attention_core.grading.judging.options import GradingOptions
-from attention_core.grading.outputs import cells, gradescope, lms, records
-from attention_core.grading.properties.model import is_property
-from attention_core.harness.reading.assignment import resolve
-from attention_core.harness.text import escape, is_terminal, points, shorten
+from attention_core.grading.outputs import cells, gradebook, lms, records
+from attention_core.grading.server import sandbox
+from attention_core.harness.text import escape, is_terminal, points
 from attention_core.report.class_page import class_page
-from attention_core.report.figures import Drawings
-from attention_core.report.html import submission_page
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
 def grade_command(
@@ -79,18 +69,27 @@ def grade_command(
     except lms.RosterError as err:
         print(f"error: --roster {err}", file=stream)
         return 2
-    chosen = resolve(assignment, cases)
-    problem, broken = nothing_graded(chosen)
-    if problem:
-        print(f"error: {problem}", file=stream)
+    try:
+        with _interruptible(), _Graders(assignment, cases, options or GradingOptions(), entry, out, jobs) as graders:
+            return _planned_batch(graders, paths, out, students, stream, report, regrade, entry)
+    except KeyboardInterrupt as stop:  # ^C, or SIGTERM, while the assignment was read: nothing was graded
+        print(f"{str(stop) or 'interrupted'}: nothing graded", file=stream)
+        return 130
+
+
+def _planned_batch(graders, paths, out, students, stream, report, regrade, entry):
+    plan = graders.plan
+    if plan.problem:
+        print(f"error: {plan.problem}", file=stream)
         return 2
-    if broken:
+    if plan.broken:
         print(
-            f"warning: {len(broken)} case{'s' * (len(broken) != 1)} of the case files do not load (their checks are "
-            f"worth 0 points to everyone); the first: {broken[0]}; python -m attention_core lint lists them",
+            f"warning: {len(plan.broken)} case{'s' * (len(plan.broken) != 1)} of the case files do not load (their "
+            f"checks are worth 0 points to everyone); the first: {plan.broken[0]}; python -m attention_core lint "
+            f"lists them",
             file=stream,
         )
-    paths, ambiguous, notes = _submissions_in(paths, chosen.names, entry)
+    paths, ambiguous, notes = _submissions_in(paths, plan.names, entry)
     if ambiguous:
         print(f"error: {ambiguous}", file=stream)
         return 2
@@ -99,27 +98,12 @@ def grade_command(
     firsts: dict[str, Path] = {}
     for path in paths:  # a path given twice (``a.py ./a.py``) is one submission
         firsts.setdefault(ids.same_file_key(path), Path(path))
-    with _locked(out, stream) as free, _interruptible():  # before anything is written into --out
+    with _locked(out, stream) as free:  # before anything is written into --out
         if not free:
             return 2
         # A platform's files of one student: one submission, gathered into --out.
         paths, owned, shown = lms.gathered(list(firsts.values()), out / lms.GATHERED, students)
-        return _graded_batch(
-            paths,
-            owned,
-            shown,
-            out,
-            chosen,
-            students,
-            stream,
-            report,
-            jobs,
-            regrade,
-            cases,
-            assignment,
-            options or GradingOptions(),
-            entry,
-        )
+        return _graded_batch(graders, paths, owned, shown, out, students, stream, report, regrade)
 
 
 def _submissions_in(paths, names, entry):
@@ -142,18 +126,12 @@ def _submissions_in(paths, names, entry):
     return found, "", notes
 
 
-def _graded_batch(
-    paths, owned, shown, out, chosen, students, stream, report, jobs, regrade, cases, assignment, options, entry
-):
+def _graded_batch(graders, paths, owned, shown, out, students, stream, report, regrade):
     names = ids.submission_ids(paths, shown)
     owners = {name: owned.get(path) for path, name in zip(paths, names)}
     out.mkdir(parents=True, exist_ok=True)
-    key = records.batch_key(
-        chosen, {**options.as_dict(), "assignment": str(assignment), "cases": str(cases), "entry": entry}
-    )
-    made = dict(assignment=assignment, options=options, entry=entry)  # what each grader is made with
-    digests = {name: records.submission_hash(path, key) for path, name in zip(paths, names)}
-    kept = {} if regrade else {name: _kept(ids.folder_of(out, name), name, digests[name]) for name in names}
+    digests = {name: records.submission_hash(path, graders.plan.key) for path, name in zip(paths, names)}
+    kept = {} if regrade else {name: records.read(ids.folder_of(out, name), digests[name], name) for name in names}
     todo = [(path, name) for path, name in zip(paths, names) if kept.get(name) is None]
     graded_now = {}
     sources = {name: os.path.abspath(path) for path, name in zip(paths, names)}
@@ -172,19 +150,7 @@ def _graded_batch(
             file=stream,
             disable=len(todo) < 2 or not is_terminal(stream),
         ) as bar:  # a bar, with the time left: a TTY's
-            if jobs > 1 and len(todo) > 1:
-                _in_processes(
-                    [p for p, _ in todo], [n for _, n in todo], out, cases, made, min(jobs, len(todo)), bar, finished
-                )
-            elif todo:
-                with Grader(cases, **made) as grader:
-                    _freeze()  # this may be the caller's own process: undone below, and malloc left alone
-                    try:
-                        for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
-                            finished(_write(graded, name, out))
-                            bar.update()
-                    finally:
-                        gc.unfreeze()
+            graders.grade(todo, finished, bar.update)
     except KeyboardInterrupt as stop:  # ^C, or SIGTERM (see _interruptible): what finished is kept
         interrupted = str(stop) or "interrupted"
         print(
@@ -211,7 +177,7 @@ def _graded_batch(
         )
     code = _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0, keys, notes)
     if students is not None:
-        lms.write_roster_files(students, scores, owners, chosen.name, out, report)
+        lms.write_roster_files(students, scores, owners, graders.plan.assignment, out, report)
     return code
 
 
@@ -225,7 +191,7 @@ def _summarise(scores, names, graded_now, out, stream, report, code, keys=None, 
         else f"graded {len(graded_now)}",
         file=stream,
     )
-    maximums = gradescope.write_gradebook(scores, out / "gradebook.csv", keys, notes)
+    maximums = gradebook.write_gradebook(scores, out / "gradebook.csv", keys, notes)
     glance = class_summary(scores, out / "summary.csv")
     (out / "summary.html").write_text(class_page(scores, glance), encoding="utf-8")
     if len(maximums) > 1:
@@ -243,7 +209,7 @@ def _summarise(scores, names, graded_now, out, stream, report, code, keys=None, 
         for kind, what, n in glance[:5]:
             said = f"made the mistake: {what}" if kind == "mistake" else f"failed {what}"  # (a property too)
             print(f"  {n} of {len(scores)} {escape(said)}", file=report)
-    for warning in sorted({sandbox_warning(one.protections) for one in scores} - {""}):
+    for warning in sorted({sandbox.warning(one.protections) for one in scores} - {""}):
         print(warning, file=stream)
     failed = [one.name for one in scores if one.error]
     if failed:
@@ -310,107 +276,20 @@ def _interruptible():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _kept(folder, name, digest):
-    """The Scores of a submission whose record in ``folder`` matches ``digest`` (unchanged), else None."""
-    found = records.read(folder, digest)
-    if found is None:
-        return None
-    score, max_score, protections, grades = found
-    return Scores(name, score, max_score, protections, [Score(*g) for g in grades])
-
-
-def nothing_graded(chosen):
-    """(why no submission could score anything against the Assignment ``chosen``, or None; the case errors,
-    as ``location: message``). Nothing to grade: no case file, no graded check that
-    loads (each names a function the reference does not define...), or a setting that names no check."""
-    from attention_core.harness.checking import runner  # noqa: PLC0415
-
-    items = runner.collect(chosen.cases, chosen)
-    graded = [i for i in items if i.error is None and i.check.kind == "call"]
-    errors = [i for i in items if i.error is not None]
-    broken = [f"{i.location}: {i.error.message}" for i in errors]
-    settings = chosen.settings_problems(items)
-    if settings:
-        return "\n".join(settings), broken
-    if graded:
-        return None, broken
-    if not items:
-        return f"{chosen.cases}: no case files (*.yaml, *.yml): nothing to grade", broken
-    first = f"; the first: {broken[0]}" if errors else ""
-    return (
-        f"{chosen.cases}: no graded check loads ({len(errors)} case error{'s' * (len(errors) != 1)}{first}); "
-        f"a graded check's 'call' names a function or class of the assignment "
-        f"({', '.join(chosen.names) or 'none'}); run lint for every problem"
-    ), broken
-
-
-@dataclass
-class Scores:
-    """What the gradebook and the summary need of a graded submission (sent back from a grader process)."""
-
-    name: str
-    score: float
-    max_score: float
-    protections: dict = field(default_factory=dict)
-    grades: list = field(default_factory=list)  # Score per check
-    error: str = ""  # why the grader could not grade it: no record is kept, the next run grades it again
-
-
-@dataclass
-class Score:
-    check_id: str
-    score: float
-    max_score: float = 0.0
-    mistakes: tuple = ()  # the mistakes its feedback names ("Likely mistake: …")
-
-
-def _write(graded, name, out):
-    """Write a graded submission's results.json (the student's) and report.html (the teacher's); its Scores. Should its drawings or page fail
-    (whatever it returned), they are written without pictures; should that fail too, it is the grader's
-    failure on this submission alone."""
-    graded.name = name
-    folder, teachers = ids.folder_of(out, name), ids.folder_of(out, name, ids.REPORTS)
-    teachers.mkdir(parents=True, exist_ok=True)
-    try:
-        drawings = Drawings()  # each failed check drawn once, for results.json and report.html
-        gradescope.write_results(graded, folder, drawings=drawings)
-        (teachers / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
-    except Exception:  # noqa: BLE001
-        try:
-            gradescope.write_results(graded, folder)
-            (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
-        except Exception as err:  # noqa: BLE001
-            graded.error = graded.error or (
-                f"this submission's results could not be written: the grader failed "
-                f"on them ({type(err).__name__}: {shorten(str(err), 200)})"
-            )
-            graded.grades = []
-            graded.note = graded.error
-            gradescope.write_results(graded, folder)
-            (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
-    return Scores(
-        name,
-        graded.score,
-        graded.max_score,
-        graded.protections,
-        [Score(g.check_id, g.score, g.max_score, g.mistakes) for g in graded.grades],
-        graded.error,
-    )
-
-
 def class_summary(scores, path):
     """Write ``path`` (CSV: kind, what, students, of): how many of the submissions graded in this run failed
     each check and made each named mistake, largest first; return its rows."""
-    failed, mistakes = collections.Counter(), collections.Counter()
+    failed, mistakes, kinds = collections.Counter(), collections.Counter(), {}
     for one in scores:
         made = set()
         for grade in one.grades:
+            kinds[grade.check_id] = grade.kind
             if grade.score < grade.max_score:
                 failed[grade.check_id] += 1
             made |= set(grade.mistakes)
         mistakes.update(made)
     rows = [("mistake", m, n) for m, n in mistakes.most_common()] + [
-        ("property" if is_property(c) else "check", c, n) for c, n in failed.most_common()
+        ("property" if kinds[c] == "property" else "check", c, n) for c, n in failed.most_common()
     ]
     with path.open("w", newline="", encoding="utf-8") as handle:  # (cells.py: no cell starts a formula)
         cells.write_rows(
@@ -419,98 +298,105 @@ def class_summary(scores, path):
     return rows
 
 
-def _freeze():
-    """What the grader holds for the whole batch (torch, the cases, their inputs) left out of the
-    collector's full passes, each of which would otherwise walk every one of those objects again."""
-    gc.collect()
-    gc.freeze()
+# ---- the graders -----------------------------------------------------------------------------------
 
 
-def _settled():
-    """Set a grader process of its own up for a long batch: frozen (see :func:`_freeze`), and large
-    temporaries (a failed comparison of millions of elements, in float64) reuse the memory the last
-    ones freed rather than fresh pages from the system each time (glibc's malloc only).
-    """
-    _freeze()
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: blocks under it come from the heap
-    mallopt(_M_TRIM_THRESHOLD, 512 << 20)  # and the heap keeps up to this much freed memory
+class _Graders:
+    """Where a batch's submissions are graded. In this process where torch is loaded already (a caller's own
+    Python session) and one job is asked; otherwise in grader processes of their own, spawned (a fork after
+    torch ran parallel work can deadlock), so that the command itself never loads torch. Without torch here,
+    the first grader process (the planner) is started at once: it reads the assignment and sends its Plan
+    while the command goes on, then grades the first submission."""
 
+    def __init__(self, assignment, cases, options, entry, out, jobs):
+        self.made, self.out, self.jobs = (assignment, cases, options, entry), out, jobs
+        self.here = "torch" in sys.modules
+        self.context = multiprocessing.get_context("spawn")
+        self.tasks, self.done = self.context.Queue(), self.context.Queue()
+        self.processes, self.closed, self.plan, self.chosen = [], False, None, None
 
-# ---- grader processes ----------------------------------------------------------------------------
+    def __enter__(self):
+        if self.here:
+            from attention_core.grading.outputs import graders  # noqa: PLC0415 (torch is loaded here already)
 
-
-def _grader_process(cases, made, out, first, tasks, done):
-    """A grader process: its own Grader (and worker server), grading the task ``first`` ((index, path,
-    name)), then what it takes from ``tasks`` (None at the end), and sending ``(index, Scores, None)``
-    to ``done``, or ``(None, None, traceback)`` should grading itself fail."""
-    taken = collections.deque()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C: it ends us with SIGTERM
-    signal.signal(signal.SIGTERM, _end_quietly)
-
-    def paths():
-        task = first
-        while task is not None:
-            taken.append(task)
-            yield task[1]
-            task = tasks.get()
-
-    try:
-        with Grader(cases, **made) as grader:
-            _settled()
-            for graded in grader.grade_each(paths()):
-                index, _, name = taken.popleft()
-                done.put((index, _write(graded, name, out), None))
-    except BaseException:  # noqa: BLE001 (the batch fails with it, in the parent)
-        done.put((None, None, traceback.format_exc()))
-
-
-def _end_quietly(*_):
-    """SIGTERM in a grader process: unwind (its Grader closes its worker server and scratch folders)."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sys.exit(1)
-
-
-def _in_processes(paths, names, out, cases, made, jobs, bar, on_graded):
-    # Spawned, not forked: a fork after torch ran parallel work can deadlock. Each process is given its
-    # first submission (one reading ahead must not take the next process's first), then they share
-    # one queue of the rest, so a slow submission holds up only its own process.
-    context = multiprocessing.get_context("spawn")
-    tasks, done = context.Queue(), context.Queue()
-    every = [(index, path, name) for index, (path, name) in enumerate(zip(paths, names))]
-    for task in every[jobs:] + [None] * jobs:
-        tasks.put(task)
-    processes = [
-        context.Process(target=_grader_process, args=(cases, made, out, first, tasks, done)) for first in every[:jobs]
-    ]
-    for process in processes:
-        process.start()
-    scores, finished = [None] * len(paths), False
-    try:
-        for _ in paths:
-            index, score, error = _next_done(done, processes)
+            self.plan, self.chosen = graders.plan(*self.made)
+            return self
+        try:
+            self._start(None, planner=True)
+            _, self.plan, error = _next_done(self.done, self.processes)
             if error is not None:
                 raise RuntimeError(f"a grader process failed:\n{error}")
-            scores[index] = score
-            on_graded(score)
-            bar.update()
-        finished = True
-    finally:
-        for process in processes:
+        except BaseException:
+            self._close(finished=False)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._close(finished=False)  # (where grading finished, it was closed then)
+
+    def _start(self, first, planner=False):
+        process = self.context.Process(
+            target=_grader_entry,
+            args=(*self.made, self.out, planner, first, self.tasks, self.done),
+        )
+        process.start()
+        self.processes.append(process)
+
+    def grade(self, todo, finished, progress):
+        """Grade ``todo`` ((path, id) pairs), handing each one's Scores to ``finished`` as soon as it is graded
+        and calling ``progress`` after it."""
+        if self.here and (self.jobs == 1 or len(todo) < 2):
+            if todo:
+                from attention_core.grading.outputs import graders  # noqa: PLC0415
+
+                graders.grade_here(self.chosen, self.made[2], self.made[3], todo, self.out, finished, progress)
+            return
+        # Each process is given its first submission (one reading ahead must not take the next process's
+        # first: the planner takes its own first from the queue, where nothing else reads yet), then they share
+        # one queue of the rest, so a slow submission holds up only its own process.
+        every = [(index, path, name) for index, (path, name) in enumerate(todo)]
+        jobs = max(min(self.jobs, len(todo)), len(self.processes))
+        givens = every[len(self.processes) : jobs]
+        for task in every[: len(self.processes)] + every[jobs:] + [None] * jobs:
+            self.tasks.put(task)
+        for first in givens:
+            self._start(first)
+        try:
+            for _ in todo:
+                index, score, error = _next_done(self.done, self.processes)
+                if error is not None:
+                    raise RuntimeError(f"a grader process failed:\n{error}")
+                finished(score)
+                progress()
+        except BaseException:  # stopped (^C, SIGTERM) or failed: the processes end now, before the summary
+            self._close(finished=False)
+            raise
+        self._close(finished=True)
+
+    def _close(self, finished):
+        """End the grader processes: those that finished are waited for (each closes its worker server), the
+        others terminated."""
+        if self.closed:
+            return
+        self.closed = True
+        for process in self.processes:
             if not finished:
                 process.terminate()
         # Each closes its worker server as it ends; stopped, a batch ends within seconds, whatever a process waits on
         # (one killed, its worker server reads the end of its socket and ends its children).
         deadline = time.monotonic() + (30.0 if finished else 1.5)
-        for process in processes:
+        for process in self.processes:
             process.join(timeout=max(deadline - time.monotonic(), 0.01))
             if process.is_alive():
                 process.kill()
                 process.join(timeout=5)
-    return scores
+
+
+def _grader_entry(*args):
+    """A grader process's start (in a fresh interpreter): the grader's side is loaded there, with torch."""
+    from attention_core.grading.outputs import graders  # noqa: PLC0415
+
+    graders.grader_process(*args)
 
 
 def _next_done(done, processes):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import attention_core
 from attention_core.grading.intake import regular
+from attention_core.grading.outputs.scores import Scores
 
 RECORD = "record.json"
 
@@ -62,31 +63,22 @@ def submission_hash(path, key):
 
 
 def write(folder, digest, scores, source):
-    """Write ``folder/record.json`` for ``scores`` (a batch.Scores) graded from ``digest``, the submission at
+    """Write ``folder/record.json`` for ``scores`` (a :class:`Scores`) graded from ``digest``, the submission at
     ``source`` (its absolute path: whose folder this is), atomically."""
-    record = {
-        "hash": digest,
-        "source": source,
-        "name": scores.name,
-        "score": scores.score,
-        "max_score": scores.max_score,
-        "protections": scores.protections,
-        "grades": [[g.check_id, g.score, g.max_score, list(g.mistakes)] for g in scores.grades],
-    }
+    record = {"hash": digest, "source": source, **scores.to_record()}
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / (RECORD + ".partial")
     partial.write_text(json.dumps(record), encoding="utf-8")
     partial.replace(folder / RECORD)
 
 
-def read(folder, digest):
-    """The record of ``folder`` as (score, max_score, protections, grades) when it was graded from ``digest``
-    (and its results are there); else None: the submission is graded (again)."""
+def read(folder, digest, name):
+    """The :class:`Scores` of ``folder``'s record, named ``name``, when it was graded from ``digest`` (and its
+    results are there); else None: the submission is graded (again)."""
     try:
         record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
         if record.get("hash") != digest or not (folder / "results.json").is_file():
             return None
-        grades = [(str(c), float(s), float(m), tuple(map(str, k))) for c, s, m, k in record["grades"]]
-        return float(record["score"]), float(record["max_score"]), dict(record.get("protections") or {}), grades
-    except (OSError, ValueError, KeyError, TypeError):
+        return Scores.from_record({**record, "name": name})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

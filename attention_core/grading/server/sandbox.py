@@ -67,6 +67,18 @@ NAMES = {
 }
 
 
+def warning(protections):
+    """A loud paragraph naming each protection of the sandbox that was not in force; "" when all were."""
+    missing = (protections or {}).get("missing") or {}
+    if not missing:
+        return ""
+    lines = [
+        f"WARNING: this submission ran without {len(missing)} of the sandbox's protections (see docs/isolation.md):"
+    ]
+    lines += [f"  - {NAMES.get(name, name)}: not in force ({why})" for name, why in missing.items()]
+    return "\n".join(lines)
+
+
 class Refused(Exception):
     """The sandbox could not be built for this submission: it must not run."""
 

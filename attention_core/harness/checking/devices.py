@@ -1,7 +1,5 @@
 """Which devices a run covers, and why one of them is skipped here: one rule for the CLI and pytest."""
 
-import torch
-
 DEVICES = ("cpu", "cuda")
 NO_CUDA = "CUDA is not available here (torch.cuda.is_available() is False)"
 
@@ -17,6 +15,8 @@ def covered(requested=None):
 
 def skip_reason(device):
     """Why checks on ``device`` are skipped here, or None when they can run."""
+    import torch  # noqa: PLC0415 (the command line lists the devices without loading torch)
+
     if device == "cuda" and not torch.cuda.is_available():
         return NO_CUDA
     return None

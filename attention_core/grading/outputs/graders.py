@@ -1,0 +1,176 @@
+"""The grader's side of a batch: reading the assignment into a :class:`Plan`, grading submissions with a
+:class:`Grader` and writing each one's files; in a grader process of its own, or in the caller's.
+
+This is where a batch loads torch: the batch command (batch.py) does not.
+"""
+
+import collections
+import ctypes
+import gc
+import signal
+import sys
+import traceback
+
+from attention_core.grading.intake import ids
+from attention_core.grading.judging.grader import Grader
+from attention_core.grading.outputs import gradescope, records
+from attention_core.grading.outputs.plan import Plan
+from attention_core.grading.outputs.scores import Score, Scores
+from attention_core.grading.properties.model import is_property
+from attention_core.harness.reading.assignment import resolve
+from attention_core.harness.text import shorten
+from attention_core.report.figures import Drawings
+from attention_core.report.html import submission_page
+
+
+def plan(assignment, cases, options, entry):
+    """(the Plan of ``assignment`` with ``cases``, and the Assignment it read, or None where it cannot be read)."""
+    try:
+        chosen = resolve(assignment, cases)
+    except ValueError as err:  # an AssignmentError or SettingsError: the folder, its reference or its settings
+        return Plan(problem=str(err)), None
+    if not chosen.cases.is_dir():
+        return Plan(problem=f"--cases {chosen.cases}: no such folder"), None
+    problem, broken = nothing_graded(chosen)
+    settings = {**options.as_dict(), "assignment": str(assignment), "cases": str(cases), "entry": entry}
+    return Plan(
+        tuple(chosen.names), problem or "", tuple(broken), records.batch_key(chosen, settings), chosen.name
+    ), chosen
+
+
+def nothing_graded(chosen):
+    """(why no submission could score anything against the Assignment ``chosen``, or None; the case errors,
+    as ``location: message``). Nothing to grade: no case file, no graded check that
+    loads (each names a function the reference does not define...), or a setting that names no check."""
+    from attention_core.harness.checking import runner  # noqa: PLC0415
+
+    items = runner.collect(chosen.cases, chosen)
+    graded = [i for i in items if i.error is None and i.check.kind == "call"]
+    errors = [i for i in items if i.error is not None]
+    broken = [f"{i.location}: {i.error.message}" for i in errors]
+    settings = chosen.settings_problems(items)
+    if settings:
+        return "\n".join(settings), broken
+    if graded:
+        return None, broken
+    if not items:
+        return f"{chosen.cases}: no case files (*.yaml, *.yml): nothing to grade", broken
+    first = f"; the first: {broken[0]}" if errors else ""
+    return (
+        f"{chosen.cases}: no graded check loads ({len(errors)} case error{'s' * (len(errors) != 1)}{first}); "
+        f"a graded check's 'call' names a function or class of the assignment "
+        f"({', '.join(chosen.names) or 'none'}); run lint for every problem"
+    ), broken
+
+
+def grade_here(chosen, options, entry, todo, out, finished, progress):
+    """Grade ``todo`` ((path, id) pairs) in this process against the Assignment ``chosen``, handing each
+    one's Scores to ``finished`` and calling ``progress`` after it."""
+    with Grader(assignment=chosen, options=options, entry=entry) as grader:
+        _freeze()  # this may be the caller's own process: undone below, and malloc left alone
+        try:
+            for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
+                finished(write(graded, name, out))
+                progress()
+        finally:
+            gc.unfreeze()
+
+
+def grader_process(assignment, cases, options, entry, out, planner, first, tasks, done):
+    """A grader process: it reads the assignment (and, the ``planner``, sends its Plan to ``done`` as
+    ``("plan", Plan, None)``), then grades the task ``first`` ((index, path, name); the planner takes its
+    first from ``tasks``), then what it takes from ``tasks`` (None at the end), sending ``(index, Scores,
+    None)`` to ``done`` for each, or ``(None, None, traceback)`` should grading itself fail."""
+    taken = collections.deque()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C: it ends us with SIGTERM
+    signal.signal(signal.SIGTERM, _end_quietly)
+
+    def paths():
+        task = tasks.get() if planner else first
+        while task is not None:
+            taken.append(task)
+            yield task[1]
+            task = tasks.get()
+
+    try:
+        read, chosen = plan(assignment, cases, options, entry)
+        if planner:
+            done.put(("plan", read, None))
+        if chosen is None or read.problem:
+            return
+        with Grader(assignment=chosen, options=options, entry=entry) as grader:
+            trim = _settled()
+            for graded in grader.grade_each(paths()):
+                index, _, name = taken.popleft()
+                done.put((index, write(graded, name, out), None))
+                del graded
+                trim()
+    except BaseException:  # noqa: BLE001 (the batch fails with it, in the parent)
+        done.put((None, None, traceback.format_exc()))
+    finally:  # its work is done (its Grader closed): a SIGTERM while the interpreter ends ends it, quietly
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _end_quietly(*_):
+    """SIGTERM in a grader process: unwind (its Grader closes its worker server and scratch folders)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(1)
+
+
+def write(graded, name, out):
+    """Write a graded submission's results.json (the student's) and report.html (the teacher's); its Scores.
+    Should its drawings or page fail (whatever it returned), they are written without pictures; should that
+    fail too, it is the grader's failure on this submission alone."""
+    graded.name = name
+    folder, teachers = ids.folder_of(out, name), ids.folder_of(out, name, ids.REPORTS)
+    teachers.mkdir(parents=True, exist_ok=True)
+    try:
+        drawings = Drawings()  # each failed check drawn once, for results.json and report.html
+        gradescope.write_results(graded, folder, drawings=drawings)
+        (teachers / "report.html").write_text(submission_page(graded, drawings=drawings), encoding="utf-8")
+    except Exception:  # noqa: BLE001
+        try:
+            gradescope.write_results(graded, folder)
+            (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
+        except Exception as err:  # noqa: BLE001
+            graded.error = graded.error or (
+                f"this submission's results could not be written: the grader failed "
+                f"on them ({type(err).__name__}: {shorten(str(err), 200)})"
+            )
+            graded.grades = []
+            graded.note = graded.error
+            gradescope.write_results(graded, folder)
+            (teachers / "report.html").write_text(submission_page(graded), encoding="utf-8")
+    return Scores(
+        name,
+        graded.score,
+        graded.max_score,
+        graded.protections,
+        [Score(g.check_id, g.score, g.max_score, tuple(g.mistakes), _kind(g.check_id)) for g in graded.grades],
+        graded.error,
+    )
+
+
+def _kind(check_id):
+    if is_property(check_id):
+        return "property"
+    return "backward" if check_id.endswith("/backward") else "value"
+
+
+def _freeze():
+    """What the grader holds for the whole batch (torch, the cases, their inputs) left out of the
+    collector's full passes, each of which would otherwise walk every one of those objects again."""
+    gc.collect()
+    gc.freeze()
+
+
+def _settled():
+    """Set a grader process of its own up for a long batch: frozen (see :func:`_freeze`); returns what gives
+    the memory a submission's grading freed back to the system (glibc's ``malloc_trim``; nothing elsewhere), so
+    that a grading slot holds what it keeps, not the peak of the largest submission so far."""
+    _freeze()
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return lambda: None
+    return lambda: trim(0)

@@ -1,0 +1,76 @@
+"""A graded submission as the batch command keeps it: one record type, written and read by itself.
+
+The gradebook, ``summary.csv``, the class page, the platforms' files and ``record.json`` all read
+:class:`Scores`; a grader process sends one back for each submission it grades. Imports no torch.
+"""
+
+from dataclasses import dataclass, field
+
+KINDS = ("value", "backward", "property")  # what a grade checks: a call's values, its gradients, a property
+
+
+@dataclass(frozen=True)
+class Score:
+    """One check's grade: its points, what it checks and the mistakes its feedback names (each in its own words)."""
+
+    check_id: str
+    score: float
+    max_score: float = 0.0
+    mistakes: tuple = ()
+    kind: str = "value"
+
+    def to_record(self):
+        return {
+            "check": self.check_id,
+            "score": self.score,
+            "max_score": self.max_score,
+            "kind": self.kind,
+            "mistakes": list(self.mistakes),
+        }
+
+    @classmethod
+    def from_record(cls, record):
+        kind = str(record["kind"])
+        if kind not in KINDS:
+            raise ValueError(f"a grade of kind {kind[:40]!r}")
+        return cls(
+            str(record["check"]),
+            float(record["score"]),
+            float(record["max_score"]),
+            tuple(map(str, record["mistakes"])),
+            kind,
+        )
+
+
+@dataclass
+class Scores:
+    """What the gradebook and the summary need of a graded submission."""
+
+    name: str
+    score: float
+    max_score: float
+    protections: dict = field(default_factory=dict)
+    grades: list = field(default_factory=list)  # Score per check
+    error: str = ""  # why the grader could not grade it: no record is kept, the next run grades it again
+
+    def to_record(self):
+        return {
+            "name": self.name,
+            "score": self.score,
+            "max_score": self.max_score,
+            "protections": self.protections,
+            "grades": [g.to_record() for g in self.grades],
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_record(cls, record):
+        """The Scores a record holds; ValueError, KeyError or TypeError where it is not one."""
+        return cls(
+            str(record["name"]),
+            float(record["score"]),
+            float(record["max_score"]),
+            dict(record.get("protections") or {}),
+            [Score.from_record(g) for g in record["grades"]],
+            str(record.get("error") or ""),
+        )
