@@ -1,6 +1,6 @@
 """Grading throughput: a batch of 25 submissions against a batch of 2, and against one process per submission.
 
-Usage: python benchmarks/grading.py [--jobs N] [--runs N] [--no-loop] [--scale N]
+Usage: python benchmarks/grading.py [--jobs N] [--runs N] [--no-loop] [--scale N] [--memory]
 Prints the marginal rate (23 submissions over the difference of the two batches' walls, so the
 start-up both pay is excluded; goal: at least 8 submissions/s), with property checks on and off,
 measured side by side (their ratio: goal at least 0.9), the 25-batch's whole wall, and the ratio of
@@ -12,11 +12,15 @@ template and one that fails at import. Gradient checks are on.
 wall (goal for 300 on 2 cores: under 60 s), the size of --out, the largest resident memory of any one
 process of the batch (the grader processes, their worker servers and submissions), and the peak of the
 grader processes' memory together (flat in N: run it with two N to compare).
+
+``--memory`` grades the 25, the attack corpus (tests/attacks.py: hostile submissions and intake attacks) as one
+batch with ``--jobs 1``, ``2`` and ``4``, each inside a throwaway mount and PID namespace (``unshare``), and prints
+the peak PSS of the batch's trusted processes together (the command, its grader processes and their worker
+servers; shared pages such as torch's counted once) per grading slot (goal: at most 400 MB).
 """
 
 import argparse
 import inspect
-import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +33,8 @@ from attention_core.grading.naming import mutants
 from attention_core.grading.platforms.template import template
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+import trusted_memory  # noqa: E402 (tests/trusted_memory.py)
 
 
 def submissions(folder):
@@ -61,19 +67,7 @@ def wall(paths, out, jobs, extra=(), memory=None):
     start = time.perf_counter()
     # --regrade: every run grades every submission (an unchanged one would otherwise be skipped by its record)
     batch = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            *paths,
-            "--out",
-            str(out),
-            "--jobs",
-            str(jobs),
-            "--regrade",
-            *extra,
-        ],
+        _grade(paths, out, jobs, "--regrade", *extra),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -81,7 +75,7 @@ def wall(paths, out, jobs, extra=(), memory=None):
     peak = 0
     while batch.poll() is None:
         if memory is not None:
-            peak = max(peak, _grader_memory())
+            peak = max(peak, trusted_memory.graders_rss_kib(batch.pid) * 1024)
         time.sleep(0.2)
     if batch.returncode:
         raise subprocess.CalledProcessError(batch.returncode, batch.args)
@@ -90,16 +84,9 @@ def wall(paths, out, jobs, extra=(), memory=None):
     return time.perf_counter() - start
 
 
-def _grader_memory():
-    """The resident bytes of the processes running ``attention_core grade`` (the batch and its graders)."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        try:
-            if b"attention_core\0grade\0" in (entry / "cmdline").read_bytes():
-                total += int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
+def _grade(paths, out, jobs, *extra):
+    """The grade command for ``paths`` into ``out`` with ``jobs`` grader processes."""
+    return [sys.executable, "-m", "attention_core", "grade", *paths, "--out", str(out), "--jobs", str(jobs), *extra]
 
 
 def main():
@@ -108,7 +95,10 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-loop", action="store_true", help="skip the one-process-per-submission loop")
     parser.add_argument("--scale", type=int, default=0, metavar="N", help="grade N submissions as one batch, once")
+    parser.add_argument("--memory", action="store_true", help="the trusted memory per slot under the attack corpus")
     args = parser.parse_args()
+    if args.memory:
+        return memory_per_slot(args.runs)
     if args.scale:
         return scale(args.scale, args.jobs)
     with tempfile.TemporaryDirectory() as scratch:
@@ -167,6 +157,46 @@ def scale(count, jobs):
         f"included); --out {size / 2**20:.1f} MiB; the largest process of the batch {peak:.0f} MiB resident; the "
         f"grader processes together at most {memory[0] / 2**20:.0f} MiB"
     )
+
+
+def memory_per_slot(runs):
+    import json  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import textwrap  # noqa: PLC0415
+
+    import attacks  # noqa: PLC0415 (tests/attacks.py)
+
+    if shutil.which("unshare") is None:
+        print("skipped: the attack corpus is graded inside a throwaway namespace, and unshare is not installed")
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        (scratch / "subs" / "intake").mkdir(parents=True)
+        paths = submissions(scratch / "subs")
+        for name, source in attacks.SOURCES.items():
+            path = scratch / "subs" / f"attack_{name}.py"
+            text = source.replace("@MARK@", "benchmark").replace("@CHECKOUT@", str(ROOT)).replace("@OUT@", "/nowhere")
+            path.write_text(textwrap.dedent(text.replace("@OTHER@", "/nowhere")), encoding="utf-8")
+            paths.append(str(path))
+        paths += map(str, attacks.intake(scratch / "subs" / "intake", inspect.getsource(reference)))
+        print(
+            f"{len(paths)} submissions: the 25, {len(attacks.SOURCES)} hostile ones, {len(attacks.INTAKE)} intake attacks"
+        )
+        for jobs in (1, 2, 4):
+            peaks = []
+            for run in range(runs):
+                out = scratch / f"out{jobs}-{run}"
+                grade = _grade(paths, out, jobs, "--timeout", "2", "--budget", "30")
+                sampler = [sys.executable, str(ROOT / "tests" / "trusted_memory.py"), *grade]
+                throwaway = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", *sampler]
+                ran = json.loads(subprocess.run(throwaway, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+                if ran["code"]:
+                    raise SystemExit(f"the batch failed (exit {ran['code']})")
+                peaks.append(ran["peak_kib"] / 1024 / jobs)
+            print(
+                f"--jobs {jobs}: {statistics.median(peaks):.0f} MB PSS per slot (the trusted processes' peak over "
+                f"{jobs}; median of {runs}: {', '.join(f'{p:.0f}' for p in peaks)}; goal <= 400)"
+            )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ found reaches the grader's results as the check's reason.
 """
 
 import json
+import os
+import socket
+import zipfile
 
 PROBE = """
 import json, os
@@ -264,3 +267,101 @@ def report(results):
             text = test["output"].split("REPORT ", 1)[1]
             return json.loads(text[: text.index("}") + 1])
     return None
+
+
+# ---- attacks on intake: what a batch is given rather than what a submission runs --------------------------
+# Each writes its submission (a path, named as its key but for the suffix; or its paths, the first the attack's)
+# into a folder, given the source of a correct submission; INTAKE_EXPECTED says what its row must read: full marks (an honest file that
+# only looks odd) or 0 with a reason its results.json gives.
+
+
+def _fifo(folder, correct):
+    path = folder / "fifo.zip"
+    os.mkfifo(path)  # open()ed for reading, it waits for a writer: the batch must not
+    return path
+
+
+def _socket(folder, correct):
+    path = folder / "sock.py"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.close()  # the socket file stays
+    return path
+
+
+def corrupt_zip(path, method, text):
+    """Write ``path``: a zip of ``attention.py`` (``text``) compressed with ``method``, its stream then corrupted."""
+    with zipfile.ZipFile(path, "w", method) as z:
+        z.writestr("attention.py", text)
+    data = bytearray(path.read_bytes())
+    start = data.index(b"attention.py") + len("attention.py")  # the local header's name, then the stream
+    for i in range(start + 20, start + 60):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _corrupt(method, suffix):
+    return lambda folder, correct: corrupt_zip(folder / f"corrupt_{suffix}.zip", method, correct * 20)
+
+
+def _writestr(folder, correct):
+    path = folder / "writestr.zip"
+    with zipfile.ZipFile(path, "w") as z:  # an honest zip: its modes carry no file type
+        z.writestr("attention.py", correct)
+    return path
+
+
+def _outputs(folder, correct):
+    """A notebook of the correct code and 40,000 stored outputs (120 KB), each invalid."""
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": correct, "outputs": [{}] * 40_000}
+    path = folder / "outputs.ipynb"
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def _formula(folder, correct):
+    path = folder / "=cmd|calc.py"  # a gradebook cell that a spreadsheet would run
+    path.write_text(correct)
+    return path
+
+
+def _look_alike(folder, correct):
+    path = folder / "bob\u3164.py"  # "bob" and an invisible Hangul filler
+    path.write_text(correct)
+    (folder / "bob.py").write_text(correct)
+    return path, folder / "bob.py"
+
+
+INTAKE = {
+    "fifo": _fifo,
+    "sock": _socket,
+    "corrupt_deflate": _corrupt(zipfile.ZIP_DEFLATED, "deflate"),
+    "corrupt_lzma": _corrupt(zipfile.ZIP_LZMA, "lzma"),
+    "writestr": _writestr,
+    "outputs": _outputs,
+    "=cmd|calc": _formula,
+    "bob\u3164": _look_alike,
+}
+
+# Its row: "full" marks, or 0 with these words in its results.json's output.
+INTAKE_EXPECTED = {
+    "fifo": "a FIFO",
+    "sock": "a socket",
+    "corrupt_deflate": "the zip cannot be read",
+    "corrupt_lzma": "the zip cannot be read",
+    "writestr": "full",
+    "outputs": "full",
+    "=cmd|calc": "full",
+    "bob\u3164": "full",
+    "bob": "full",
+}
+
+
+def intake(folder, correct):
+    """Write every intake attack into ``folder``; their paths."""
+    paths = []
+    for write in INTAKE.values():
+        made = write(folder, correct)
+        paths += list(made) if isinstance(made, tuple) else [made]
+    return paths

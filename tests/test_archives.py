@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from attention_core.grading.intake import archives
+from tests import attacks
 from tests.outputs import folder, last_part
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
@@ -64,14 +65,7 @@ def test_a_zip_written_by_writestr_with_permission_bits_alone_is_read(tmp_path):
 
 @pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_LZMA, zipfile.ZIP_BZIP2])
 def test_a_stream_that_fails_to_decompress_is_the_zip_s_own_error(tmp_path, method):
-    path = tmp_path / "a.zip"
-    with zipfile.ZipFile(path, "w", method) as z:
-        z.writestr("attention.py", CORRECT * 20)
-    data = bytearray(path.read_bytes())
-    start = data.index(b"attention.py") + len("attention.py")  # the local header's name, then the stream
-    for i in range(start + 20, start + 60):
-        data[i] ^= 0x5A
-    path.write_bytes(bytes(data))
+    path = attacks.corrupt_zip(tmp_path / "a.zip", method, CORRECT * 20)
     with pytest.raises(archives.ArchiveError, match="the zip cannot be read"):
         archives.unpack(path, tmp_path / "a")
 

@@ -8,6 +8,7 @@ namespace. Inside it, after grading, a helper lists the processes that carry the
 and says why.
 """
 
+import csv
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import attacks
 import pytest
 
 from attention_core import reference
+from attention_core.grading.intake import ids
 
 pytestmark = pytest.mark.grading
 
@@ -29,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Runs inside the throwaway namespaces: (as root) make the interpreter reachable for the
 # unprivileged uid when asked, drop to it, grade, then list the marked processes still alive.
-HELPER = r'''
+HELPER = r"""
 import json, os, resource, subprocess, sys, tempfile
 
 mode, result, mark, *command = sys.argv[1:]
@@ -52,24 +54,14 @@ if mode == "unprivileged":
     os.setgroups([])
     os.setresgid(65534, 65534, 65534)
     os.setresuid(65534, 65534, 65534)
-def grader_rss():
-    """The resident memory of the grader's own processes together (not the servers', not the submissions')."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if b"attention_core\0grade\0" not in f.read():
-                    continue
-            with open(f"/proc/{entry}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
+sys.path.insert(0, os.environ["TESTS"])
+import trusted_memory
 with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
     batch = subprocess.Popen(command, stdout=out, stderr=err, text=True)
-    peak = 0
+    peak = pss = 0
     while batch.poll() is None:
-        peak = max(peak, grader_rss())
+        peak = max(peak, trusted_memory.graders_rss_kib(batch.pid) * 1024)
+        pss = max(pss, trusted_memory.trusted_pss_kib(batch.pid)[0])
         try:
             batch.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
@@ -90,8 +82,12 @@ for entry in os.listdir("/proc"):
         pass
 with open(result, "w") as f:
     json.dump({"code": batch.returncode, "stderr": stderr[-4000:], "alive": alive, "uid": os.getuid(),
-               "grader_rss": peak, "printed": stdout + stderr}, f)
-'''
+               "grader_rss": peak, "trusted_pss_kib": pss, "printed": stdout + stderr}, f)
+"""
+
+
+def _output(results):
+    return json.loads(results.read_text())["output"] if results.is_file() else ""
 
 
 def throwaway_available():
@@ -121,6 +117,8 @@ def run_batch(mode):
         (other / "__init__.py").write_text(Path(reference.__file__).read_text())
         (submissions / "reference.py").write_text(Path(reference.__file__).read_text())
         paths = [submissions / "reference.py", other]
+        (submissions / "intake").mkdir()
+        paths += attacks.intake(submissions / "intake", Path(reference.__file__).read_text())
         for name, source in attacks.SOURCES.items():
             text = (
                 source.replace("@MARK@", mark)
@@ -151,7 +149,7 @@ def run_batch(mode):
             "--budget",
             "30",
         ]
-        env = dict(os.environ, NEEDED=json.dumps(sys.path[1:] + [str(ROOT)]))
+        env = dict(os.environ, NEEDED=json.dumps(sys.path[1:] + [str(ROOT)]), TESTS=str(ROOT / "tests"))
         start = time.monotonic()
         subprocess.run(
             [
@@ -176,6 +174,13 @@ def run_batch(mode):
         seconds = time.monotonic() - start
         ran = json.loads(result.read_text())
         results = {p.parent.name: json.loads(p.read_text()) for p in out.rglob("results.json")}
+        with (out / "gradebook.csv").open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))[2:]
+        ran["intake"] = {  # each intake attack's row: its score and what its results.json says
+            Path(row[0]).name: (float(row[1]), float(row[2]), _output(ids.folder_of(out, row[0]) / "results.json"))
+            for row in rows
+            if Path(row[0]).parent.name == "intake"
+        }
         escaped = [
             str(p) for p in [*scratch.rglob(f"{mark}-*"), *ROOT.glob(f"{mark}-*"), *Path("/tmp").glob(f"{mark}-*")]
         ]
@@ -193,7 +198,7 @@ def test_the_grader_survives_and_the_batch_finishes_in_bounded_time(batch):
     mode, (ran, results, _, seconds) = batch
     assert ran["code"] == 0, ran["stderr"]
     assert ran["uid"] == (0 if mode == "root" else 65534)
-    assert len(results) == 2 + len(attacks.SOURCES)
+    assert len(results) == 2 + len(attacks.SOURCES) + len(attacks.INTAKE_EXPECTED)
     assert seconds < 600
 
 
@@ -202,6 +207,27 @@ def test_the_grader_stays_under_1_5_gb_and_prints_no_raw_control_byte(batch):
     assert 0 < ran["grader_rss"] < 1.5 * 2**30, f"the grader's processes held {ran['grader_rss'] / 2**20:.0f} MiB"
     unprintable = {c for c in ran["printed"] if not c.isprintable() and c != "\n"}
     assert not unprintable, unprintable
+
+
+def test_a_grading_slot_s_trusted_processes_hold_a_bounded_memory(batch):
+    """The command, its grader processes and their worker servers together, under the attack corpus, --jobs 2:
+    at most 600 MB PSS per slot (about 500 measured; docs/performance.md has the figures and where they go)."""
+    _, (ran, _, _, _) = batch
+    per_slot = ran["trusted_pss_kib"] / 2 / 1024
+    assert 0 < per_slot <= 600, f"{per_slot:.0f} MB PSS per slot"
+
+
+@pytest.mark.parametrize("name", sorted(attacks.INTAKE_EXPECTED))
+def test_each_intake_attack_is_its_own_row(batch, name):
+    """A FIFO, a socket, a zip that fails to decompress: 0 and why; an honest zip, a notebook of 40,000 stored
+    outputs, a name that is a spreadsheet formula or only looks like another's: full marks, as its code earns."""
+    _, (ran, _, _, _) = batch
+    score, max_score, output = ran["intake"][name]
+    expected = attacks.INTAKE_EXPECTED[name]
+    if expected == "full":
+        assert score == max_score > 0, output[:400]
+    else:
+        assert score == 0 and expected in output, output[:400]
 
 
 def test_well_behaved_submissions_of_the_same_batch_keep_full_marks(batch):

@@ -28,6 +28,7 @@ from attention_core.grading.judging.options import GradingOptions
 from attention_core.grading.judging.property_grades import PropertyGrades
 from attention_core.grading.naming import feedback, generated, own_mistakes
 from attention_core.grading.naming.diagnose import Diagnoser, calls_of
+from attention_core.grading.naming.kept import Kept
 from attention_core.grading.process import client, replies
 from attention_core.grading.process.remote import RemoteFunctions
 from attention_core.grading.properties import worth
@@ -42,18 +43,7 @@ from attention_core.harness.text import points as points_text
 
 SHARE_LIMIT = 1 << 16  # an argument with this many elements or more is stored in the worker server once
 REPLY_ROOM = 1 << 20  # bytes of a reply beyond its tensors: the messages, a traceback, the labels
-
-
-def sandbox_warning(protections):
-    """A loud paragraph naming each protection of the sandbox that was not in force; "" when all were."""
-    missing = (protections or {}).get("missing") or {}
-    if not missing:
-        return ""
-    lines = [
-        f"WARNING: this submission ran without {len(missing)} of the sandbox's protections (see docs/isolation.md):"
-    ]
-    lines += [f"  - {sandbox.NAMES.get(name, name)}: not in force ({why})" for name, why in missing.items()]
-    return "\n".join(lines)
+JUDGED_BYTES, JUDGED_ENTRIES = 32 << 20, 20_000  # the results of replies already judged, kept for the batch
 
 
 def submission_name(path):
@@ -101,7 +91,8 @@ class Grader(BackwardChecks, PropertyGrades):
         self._worker = None
         self._golden_grads: dict = {}
         self._call_texts: dict = {}  # check -> the call as the student's function sees it
-        self._judged: dict = {}  # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once
+        # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once, held to a size
+        self._judged = Kept(JUDGED_BYTES, JUDGED_ENTRIES)
         self._reads = {i: _read_results(i.check) for i in self.items if i.error is None}  # the results each reads
         self._differentiable: dict = {}
         self._sliced: dict = {}  # per check, for the batch: see their uses
@@ -258,7 +249,7 @@ class Grader(BackwardChecks, PropertyGrades):
         if submission is not None:
             graded.protections = submission.protections
             printed = f"Printed at import:\n{_printed(submission.output)}" if submission.output else ""
-            graded.note = "\n\n".join(filter(None, [sandbox_warning(submission.protections), problem, printed]))
+            graded.note = "\n\n".join(filter(None, [sandbox.warning(submission.protections), problem, printed]))
         for item, following in zip(self.items, [*self.items[1:], None]):
             if following is not None and functions is not None:
                 self._say_next(following, functions)
@@ -502,11 +493,7 @@ class Grader(BackwardChecks, PropertyGrades):
 
     def _judged_once(self, key, judge):
         """``judge()``, kept under ``key`` (a check and the reply's bytes) for the batch; None: not kept."""
-        if key is None:
-            return judge()
-        if key not in self._judged:
-            self._judged[key] = judge()
-        return self._judged[key]
+        return judge() if key is None else self._judged.get(key, judge)
 
 
 def points_command(assignment, options, out=None):
@@ -534,16 +521,10 @@ def points_command(assignment, options, out=None):
     return 0
 
 
-PRINTED_LINES = 50  # lines of what a submission printed at import that its feedback shows
-
-
 def _printed(output):
-    """What a submission printed: its first :data:`PRINTED_LINES` lines, each within 200 characters."""
-    lines = output.splitlines()
-    shown = [line if len(line) <= 200 else line[:199] + "…" for line in lines[:PRINTED_LINES]]
-    if len(lines) > PRINTED_LINES:
-        shown.append(f"… and {len(lines) - PRINTED_LINES} more lines")
-    return "\n".join(shown)
+    """What a submission printed, as its feedback shows it: its first bytes (the worker keeps no more than
+    ``replies.ECHOED``) and how many more there were."""
+    return output.rstrip("\n")
 
 
 def _said(err):

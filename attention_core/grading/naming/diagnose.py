@@ -17,12 +17,14 @@ import torch
 
 from attention_core import reference, spec
 from attention_core.grading.naming import generated, mutants
+from attention_core.grading.naming.kept import Kept
 from attention_core.grading.properties.model import is_property
 from attention_core.grading.server import wire
 from attention_core.harness.checking import compare, runner, tolerance
 from attention_core.harness.checking.results import Status
 
 SAMPLE = 4096  # elements of a large result compared first
+RESULTS_BYTES = 16 << 20  # of the mistakes' results kept for the batch (each grading slot holds its own)
 LARGE = 1 << 16  # elements of an argument from which a check's mutants are tried on the first batch entry first
 
 
@@ -62,8 +64,9 @@ class Diagnoser:
         self._further = {}  # graded name -> the further calls that tell the mistakes that fit apart
         self.preparation = preparation or runner.Preparation()
         self._first = _FirstEntry(self.preparation)  # large checks' arguments cut to their first batch entry
-        self._results = {}  # (check, mutant, preparation) -> the mutant's named results
-        self._verdicts = {}  # (check, mutant) -> those results judged against the expectations
+        # (check, mutant, preparation) -> the mutant's named results, detached (held to a size: run again if dropped)
+        self._results = Kept(RESULTS_BYTES)
+        self._verdicts = {}  # (check, mutant) -> whether those results pass the check's expectations
         self._found = {}  # id(result) -> the mutants it matched, while that Result lives (the grader shares it)
         self._large = {}  # check -> whether it is large (an argument over LARGE elements)
 
@@ -73,11 +76,20 @@ class Diagnoser:
         the mistakes that fit its checks apart from each other and from what it did (None: not asked)."""
         passed = {g.check_id for g in graded.grades if g.result.passed}
         wrong = {_function_of(g) for g in graded.grades if not g.result.passed and g.item.error is None}
+        # names with a wrong value somewhere (a check, a property): a mistake that keeps values right is not theirs,
+        # not even on a check whose values are right (one that reads shapes alone)
+        values_wrong = {
+            _function_of(g)
+            for g in graded.grades
+            if not g.result.passed and g.item.error is None and not g.check_id.endswith("/backward")
+        }
         for grade in graded.grades:
             if grade.result.passed or grade.item.error is not None or is_property(grade.check_id):
                 continue  # a property's failure names itself
             if grade.check_id.endswith("/backward"):
-                values_right = grade.check_id.removesuffix("/backward") in passed
+                values_right = (
+                    grade.check_id.removesuffix("/backward") in passed and _function_of(grade) not in values_wrong
+                )
                 grade.diagnosis, grade.mistakes = self._backward(grade.item, grade.result, values_right)
             else:
                 key = id(grade.result)
@@ -157,8 +169,7 @@ class Diagnoser:
             if result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR, Status.PENDING):
                 continue
             theirs = self._mutant_run(item, mutant)
-            verdict = self._judged(item, mutant, theirs)
-            if verdict.passed != result.passed:
+            if self._passes(item, mutant, theirs) != result.passed:
                 return False
             if result.passed:
                 continue
@@ -220,7 +231,7 @@ class Diagnoser:
                 if (
                     result.status is Status.FAILED
                     and _agree(result.outputs, values, item)
-                    and not self._judged(item, mutant, theirs).passed
+                    and not self._passes(item, mutant, theirs)
                 ):
                     found.append(mutant)
             elif _raised(result) and _raised(theirs) and _same_error(result, theirs):  # it fails as the mutant fails
@@ -230,24 +241,26 @@ class Diagnoser:
     def _mutant_run(self, item, mutant, preparation=None):
         """The mutant's named results on ``item`` (runner.outputs), once per check, preparation and batch."""
         preparation = preparation or self.preparation
-        key = (item, mutant.name, preparation)
-        if key not in self._results:
+
+        def run():
             with warnings.catch_warnings():  # a mutant's own mistake may warn (x.T on a batch): not the grader's
                 warnings.simplefilter("ignore")
                 base = self.reference_functions or runner.REFERENCE  # (a teacher's own mistakes: their reference)
-                self._results[key] = runner.outputs(
-                    item, functions={**base, **mutant.functions}, preparation=preparation
-                )
-        return self._results[key]
+                found = runner.outputs(item, functions={**base, **mutant.functions}, preparation=preparation)
+            if isinstance(found, dict):  # (their values are compared: no autograd graph is kept with them)
+                return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in found.items()}
+            return found
 
-    def _judged(self, item, mutant, theirs):
-        """The mutant's results ``theirs`` on ``item`` compared with the expectations, once per check and batch
-        (a Result where its run already failed on the results' structure or dtype)."""
+        return self._results.get((item, mutant.name, preparation), run)
+
+    def _passes(self, item, mutant, theirs):
+        """Whether the mutant's results ``theirs`` on ``item`` pass the check's expectations, once per check and
+        batch (``theirs`` a Result where its run already failed on the results' structure or dtype)."""
         if not isinstance(theirs, dict):
-            return theirs
+            return theirs.passed
         key = (item, mutant.name)
         if key not in self._verdicts:
-            self._verdicts[key] = runner.judged(item, theirs, preparation=self.preparation)
+            self._verdicts[key] = runner.judged(item, theirs, preparation=self.preparation).passed
         return self._verdicts[key]
 
     def _ruled_out(self, item, mutant, result):
