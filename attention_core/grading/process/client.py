@@ -27,7 +27,15 @@ import torch
 
 from attention_core import spec
 from attention_core.grading.process import plan
-from attention_core.grading.process.replies import CRASHED, OK, CallOutcome, WorkerError, checked_outcome, decoded
+from attention_core.grading.process.replies import (
+    CRASHED,
+    ECHOED,
+    OK,
+    CallOutcome,
+    WorkerError,
+    checked_outcome,
+    decoded,
+)
 from attention_core.grading.process.submission import Submission
 from attention_core.grading.server import wire
 from attention_core.harness.reading.settings import BUDGET
@@ -58,7 +66,7 @@ class Worker:
         memory_limit=4 << 30,
         budget=BUDGET,
         import_timeout=10.0,
-        output_limit=10_000,
+        output_limit=ECHOED,  # bytes of what a submission prints that its feedback shows
         reply_limit=256 << 20,
         sandbox=True,
         namespaces=True,

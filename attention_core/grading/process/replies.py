@@ -91,16 +91,23 @@ def checked_outcome(reply):
     return outcome
 
 
+ECHOED = 200  # the most characters of a submission's own text (a message, a line) that feedback repeats
+TRACEBACK_LINES = 60  # a traceback's last lines that feedback shows (the innermost frames, where it failed)
+
+
 def text(value):
     if not isinstance(value, str):
         raise TypeError("a message is not a str")
-    return value[:10_000]
+    return value if len(value) <= ECHOED else value[: ECHOED - 1] + "…"
 
 
 def lines(value):
     if not (isinstance(value, list) and all(isinstance(line, str) for line in value)):
         raise TypeError("a traceback is not a list of str")
-    return tuple(line[:1000] for line in value[:200])
+    kept = [line if len(line) <= ECHOED else line[: ECHOED - 1] + "…" for line in value[-TRACEBACK_LINES:]]
+    if len(value) > TRACEBACK_LINES:
+        kept.insert(0, f"… ({len(value) - TRACEBACK_LINES} lines of the traceback above not shown)")
+    return tuple(kept)
 
 
 @dataclass
