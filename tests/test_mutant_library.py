@@ -280,8 +280,8 @@ def test_on_a_large_check_a_mutant_unlike_the_student_on_the_first_batch_entry_i
     assert not student.passed
     diagnoser = diagnose.Diagnoser()
     assert name in [m.name for m in diagnoser.candidates(item, student)]
-    first = {key[1]: result for key, result in diagnoser._results.items() if key[-1] is diagnoser._first}
-    whole = {key[1] for key in diagnoser._results if key[-1] is diagnoser.preparation}
+    first = {key[1]: result for key, (result, _) in diagnoser._results._entries.items() if key[-1] is diagnoser._first}
+    whole = {key[1] for key in diagnoser._results._entries if key[-1] is diagnoser.preparation}
     assert len(first) == len(relevant("attention")) - sum(m.breaks != "values" for m in relevant("attention"))
     # Run on the whole: the match, and those the first batch entry could not tell apart from it.
     assert name in whole and len(whole) <= 3, sorted(whole)

@@ -248,7 +248,7 @@ class Grader(BackwardChecks, PropertyGrades):
         problem = graded.note
         if submission is not None:
             graded.protections = submission.protections
-            printed = f"Printed at import:\n{_printed(submission.output)}" if submission.output else ""
+            printed = f"Printed at import:\n{replies.printed(submission.output)}" if submission.output else ""
             graded.note = "\n\n".join(filter(None, [sandbox.warning(submission.protections), problem, printed]))
         for item, following in zip(self.items, [*self.items[1:], None]):
             if following is not None and functions is not None:
@@ -519,12 +519,6 @@ def points_command(assignment, options, out=None):
         file=out,
     )
     return 0
-
-
-def _printed(output):
-    """What a submission printed, as its feedback shows it: its first bytes (the worker keeps no more than
-    ``replies.ECHOED``) and how many more there were."""
-    return output.rstrip("\n")
 
 
 def _said(err):

@@ -29,8 +29,8 @@ from attention_core import spec
 from attention_core.grading.process import plan
 from attention_core.grading.process.replies import (
     CRASHED,
-    ECHOED,
     OK,
+    OUTPUT_BYTES,
     CallOutcome,
     WorkerError,
     checked_outcome,
@@ -66,7 +66,7 @@ class Worker:
         memory_limit=4 << 30,
         budget=BUDGET,
         import_timeout=10.0,
-        output_limit=ECHOED,  # bytes of what a submission prints that its feedback shows
+        output_limit=OUTPUT_BYTES,  # bytes of what a submission prints that are kept
         reply_limit=256 << 20,
         sandbox=True,
         namespaces=True,

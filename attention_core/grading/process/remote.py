@@ -89,7 +89,9 @@ class RemoteFunctions:
 
     def value(self, name, outcome):
         """The outcome's value, or the CallFailed that says why there is none."""
-        details = "\n".join(outcome.traceback) + (f"\noutput:\n{outcome.output}" if outcome.output else "")
+        details = "\n".join(outcome.traceback) + (
+            f"\noutput:\n{replies.printed(outcome.output)}" if outcome.output else ""
+        )
         if outcome.status == replies.OK:
             return outcome.value
         if outcome.status == replies.TIMEOUT:

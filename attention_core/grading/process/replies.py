@@ -93,6 +93,18 @@ def checked_outcome(reply):
 
 ECHOED = 200  # the most characters of a submission's own text (a message, a line) that feedback repeats
 TRACEBACK_LINES = 60  # a traceback's last lines that feedback shows (the innermost frames, where it failed)
+OUTPUT_BYTES = 4096  # of what a submission prints, the first bytes kept
+PRINTED_LINES = 20  # of those, the first lines feedback shows, each cut at ECHOED characters
+
+
+def printed(output):
+    """What a submission printed, as feedback shows it: its first :data:`PRINTED_LINES` lines, each cut at
+    :data:`ECHOED` characters, and how much more there was."""
+    lines = output.rstrip("\n").splitlines()
+    shown = [line if len(line) <= ECHOED else line[: ECHOED - 1] + "…" for line in lines[:PRINTED_LINES]]
+    if len(lines) > PRINTED_LINES:
+        shown.append(f"… and {len(lines) - PRINTED_LINES} more lines")
+    return "\n".join(shown)
 
 
 def text(value):
