@@ -24,7 +24,7 @@ from attention_core.harness.checking import compare, runner, tolerance
 from attention_core.harness.checking.results import Status
 
 SAMPLE = 4096  # elements of a large result compared first
-RESULTS_BYTES = 72 << 20  # of the mistakes' results kept for the batch (each grading slot its own; a large check's are 32 MB)
+RESULTS_BYTES = 72 << 20  # of the mistakes' results kept for the batch, per slot (a large check's: 32 MB)
 LARGE = 1 << 16  # elements of an argument from which a check's mutants are tried on the first batch entry first
 
 
