@@ -116,7 +116,8 @@ def operators(node, owner_names=(), norms=frozenset()):
         name = _name(node)
         found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
         found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node, norms)
-        found += _axes_reordered(node, name) + _fixed_axis(node, name)
+        found += _axes_reordered(node, name) + _fixed_axis(node, name) + _call_left_out(node, name)
+        found += _product_moved_out_of_layer(node)
         if name == "abs" and len(node.args) == 1 and not node.keywords:
             found.append(
                 Slip(
@@ -154,7 +155,88 @@ def operators(node, owner_names=(), norms=frozenset()):
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
         found += _siblings(node, owner_names) + _pre_norm(node, norms) + _post_norm(node, norms)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
-        found += _parameter_swapped(node) + _size_swapped(node)
+        found += _parameter_swapped(node) + _parameter_swapped_once(node) + _size_swapped(node)
+        found += _layer_input_swapped(node)
+    return found
+
+
+# Calls that map a tensor to one of its own shape, element by element or along an axis: left out, the tensor
+# itself is used (a gate without its sigmoid, a feature map without its activation).
+LEFT_OUT_CALLS = frozenset({"sigmoid", "tanh", "relu", "gelu", "silu", "elu", "softplus", "exp", "normalize"})
+
+
+def _call_left_out(node, name):
+    """``sigmoid(x)`` (or ``x.sigmoid()``) as ``x``: the step left out, its input used as it is."""
+    if name not in LEFT_OUT_CALLS:
+        return []
+    if node.args and not isinstance(node.args[0], ast.Starred):
+        operand = node.args[0]
+    elif not node.args and isinstance(node.func, ast.Attribute) and not _torch_module(node.func.value):
+        operand = node.func.value  # x.sigmoid()
+    else:
+        return []
+    return [
+        Slip(
+            "call_left_out",
+            f"`{name}` is left out: its input is used as it is (x where {name}(x) belongs)",
+            f"Apply `{name}` there, as the formula does.",
+            operand,
+        )
+    ]
+
+
+def _torch_module(node):
+    return isinstance(node, ast.Name) and node.id in TORCH_MODULES or isinstance(node, ast.Attribute)
+
+
+def _product_moved_out_of_layer(node):
+    """``self.layer(a * b)`` as ``self.layer(a) * b`` (and ``* a``): a product (a gate, a scale) taken after the
+    layer where it belongs before it."""
+    layer = _layer_call(node)
+    inner = node.args[0] if layer else None
+    if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, (ast.Mult, ast.Div))):
+        return []
+    found = []
+    for kept, moved in ((inner.left, inner.right), (inner.right, inner.left)):
+        if isinstance(inner.op, ast.Div) and moved is inner.left:
+            continue
+        call = ast.Call(copy.deepcopy(node.func), [copy.deepcopy(kept)], [])
+        found.append(
+            Slip(
+                "product_after_layer",
+                f"a {'product' if isinstance(inner.op, ast.Mult) else 'division'} is taken after `{layer}` where it "
+                f"belongs before it, inside the layer's input",
+                f"Multiply (or divide) before `{layer}`: pass the product to the layer, as the formula does.",
+                ast.BinOp(call, copy.deepcopy(inner.op), copy.deepcopy(moved)),
+            )
+        )
+    return found
+
+
+def _parameter_swapped_once(function):
+    """One read of one of the function's parameters as another of them (the queries made from ``x`` where
+    ``latents`` belongs), where the parameter is read more than once (read once: :func:`_parameter_swapped`)."""
+    params = _parameters(function)
+    reads = [
+        i
+        for i, n in enumerate(ast.walk(function))
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in params
+    ]
+    counts: dict = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in params:
+            counts[node.id] = counts.get(node.id, 0) + 1
+    found = []
+    for index in reads:
+        param = next(n for i, n in enumerate(ast.walk(function)) if i == index).id
+        if counts[param] < 2:
+            continue
+        for other in params:
+            if other == param or other not in counts:
+                continue
+            changed = copy.deepcopy(function)
+            next(n for i, n in enumerate(ast.walk(changed)) if i == index).id = other
+            found.append(_used_for(other, param, changed))
     return found
 
 
@@ -782,9 +864,7 @@ def _assigns(statement, name):
 def _parameter_swapped(function):
     """Each read of one of the function's parameters as another of them: keys and values taken from ``x`` where
     ``context`` belongs (a parameter's name is the student's own: the signature is the hand-out's)."""
-    params = [
-        a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs] if a.arg != "self"
-    ]
+    params = _parameters(function)
     read = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     found = []
     for param in params:
@@ -797,14 +877,7 @@ def _parameter_swapped(function):
             for node in ast.walk(changed):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id == param:
                     node.id = other
-            found.append(
-                Slip(
-                    "parameter_swapped",
-                    f"`{other}` is used where `{param}` belongs",
-                    f"Use `{param}` there, as the formula does.",
-                    changed,
-                )
-            )
+            found.append(_used_for(other, param, changed))
     return found
 
 
@@ -1008,3 +1081,46 @@ def _unpacked_in_another_order(node):
             )
         )
     return found
+
+
+def _layer_input_swapped(function):
+    """A layer given the input another layer takes: ``self.q_proj(x)`` where ``self.q_proj(latents)`` belongs (the
+    queries projected from the sequence instead of the latents), for layers that each take one named tensor."""
+    calls = [
+        (i, n.func.attr, n.args[0].id)
+        for i, n in enumerate(ast.walk(function))
+        if _layer_call(n) and isinstance(n.args[0], ast.Name)
+    ]
+    inputs = list(dict.fromkeys(name for _, _, name in calls))
+    found = []
+    for index, layer, name in calls:
+        for other in inputs:
+            if other == name:
+                continue
+            changed = copy.deepcopy(function)
+            next(n for i, n in enumerate(ast.walk(changed)) if i == index).args[0].id = other
+            found.append(
+                Slip(
+                    "layer_input_swapped",
+                    f"`{layer}` is applied to another input than the one it belongs on (one that another layer takes)",
+                    f"Give `{layer}` the input the formula gives it.",
+                    changed,
+                )
+            )
+    return found
+
+
+def _parameters(function):
+    """A function's parameters but ``self``: names the hand-out's signature gives (the student's own)."""
+    return [
+        a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs] if a.arg != "self"
+    ]
+
+
+def _used_for(other, param, changed):
+    return Slip(
+        "parameter_swapped",
+        f"`{other}` is used where `{param}` belongs",
+        f"Use `{param}` there, as the formula does.",
+        changed,
+    )
