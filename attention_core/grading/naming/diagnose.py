@@ -126,10 +126,13 @@ class Diagnoser:
             name = _function_of(grade)
             if name is not None and grade.item.error is None and not grade.check_id.endswith("/backward"):
                 by_name.setdefault(name, []).append(grade)
+        failing = {name for name, own in by_name.items() if any(not g.result.passed for g in own)}
         for name, own in by_name.items():
             failed = [g for g in own if not g.result.passed]
             if not failed or any(g.diagnosis for g in failed):
                 continue
+            if failing & set(self.calls.get(name, ())):  # a name it is built on fails its own checks: that is
+                continue  # the likely cause (named there), not a mistake of how this one calls it
             fitting = [m for m in self.generated if generated.owner_of(m) == name and self._fits(m, own)]
             if fitting and ask is not None:
                 fitting = self._confirmed(name, fitting, ask)

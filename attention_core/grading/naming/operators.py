@@ -117,7 +117,9 @@ def operators(node, owner_names=(), norms=frozenset()):
         found += _ranges(node, name) + _swapped_arguments(node, name, owner_names) + _look_alike(node, name)
         found += _constant_moved_in(node, name) + _variance_of_squares(node, name) + _norm_order(node, norms)
         found += _axes_reordered(node, name) + _fixed_axis(node, name) + _call_left_out(node, name)
-        found += _product_moved_out_of_layer(node)
+        found += (
+            _product_moved_out_of_layer(node) + _argument_left_out(node, owner_names) + _layers_nested_swapped(node)
+        )
         if name == "abs" and len(node.args) == 1 and not node.keywords:
             found.append(
                 Slip(
@@ -154,9 +156,10 @@ def operators(node, owner_names=(), norms=frozenset()):
         found += _unpacked_in_another_order(node)
     if isinstance(getattr(node, "body", None), list) and node.body and isinstance(node.body[0], ast.stmt):
         found += _siblings(node, owner_names) + _pre_norm(node, norms) + _post_norm(node, norms)
+        found += _chained_layers_swapped(node)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
         found += _parameter_swapped(node) + _parameter_swapped_once(node) + _size_swapped(node)
-        found += _layer_input_swapped(node)
+        found += _layer_input_swapped(node) + _layer_reused(node) + _residual_added(node)
     return found
 
 
@@ -1123,4 +1126,143 @@ def _used_for(other, param, changed):
         f"`{other}` is used where `{param}` belongs",
         f"Use `{param}` there, as the formula does.",
         changed,
+    )
+
+
+def _called_layer(node):
+    """The layer's name of ``self.<layer>(...)`` (any arguments); None."""
+    return node.func.attr if isinstance(node, ast.Call) and _self_attribute(node.func) else None
+
+
+def _argument_left_out(node, owner_names):
+    """A layer's or a graded name's call without its last argument (positional, or a keyword): the lengths or
+    the mask not passed on, so the callee falls back to its default."""
+    callee = _called_layer(node) or (_name(node) if _name(node) in owner_names else None)
+    if callee is None or len(node.args) + len(node.keywords) < 2:
+        return []
+    variants = []
+    if node.keywords:
+        variants += [ast.Call(node.func, node.args, [k for k in node.keywords if k is not kw]) for kw in node.keywords]
+    elif not isinstance(node.args[-1], ast.Starred):
+        variants.append(ast.Call(node.func, node.args[:-1], []))
+    return [
+        Slip(
+            "argument_left_out",
+            f"`{callee}` is called without one of its arguments, so it falls back to that argument's default (a mask "
+            f"or the lengths not passed on)",
+            f"Pass `{callee}` every argument the formula gives it.",
+            copy.deepcopy(variant),
+        )
+        for variant in variants
+    ]
+
+
+def _layers_nested_swapped(node):
+    """``self.a(self.b(x, *rest))`` as ``self.b(self.a(x), *rest)`` (and with ``rest`` given to both): two
+    layers applied in the other order."""
+    outer = _called_layer(node)
+    inner = node.args[0] if outer and len(node.args) == 1 and not node.keywords else None
+    if not (_called_layer(inner) and inner.args and not inner.keywords):
+        return []
+    first, rest = inner.args[0], inner.args[1:]
+    found = []
+    for given in ([], rest) if rest else ([],):
+        applied = ast.Call(copy.deepcopy(node.func), [copy.deepcopy(first), *copy.deepcopy(given)], [])
+        found.append(
+            Slip(
+                "layers_in_another_order",
+                f"`{_called_layer(inner)}` and `{outer}` are applied in the other order",
+                f"Apply `{_called_layer(inner)}` first, then `{outer}`, as the formula does.",
+                ast.Call(copy.deepcopy(inner.func), [applied, *copy.deepcopy(rest)], []),
+            )
+        )
+    return found
+
+
+def _layer_reused(function):
+    """A layer called where another layer of the function belongs (``self.mab1(x, h)`` where ``self.mab2(x, h)``
+    belongs): one applied twice, the other never."""
+    calls = [(i, _called_layer(n)) for i, n in enumerate(ast.walk(function)) if _called_layer(n)]
+    layers = list(dict.fromkeys(name for _, name in calls))
+    found = []
+    for index, layer in calls:
+        for other in layers:
+            if other == layer:
+                continue
+            changed = copy.deepcopy(function)
+            next(n for i, n in enumerate(ast.walk(changed)) if i == index).func.attr = other
+            found.append(
+                Slip(
+                    "layer_reused",
+                    f"`{other}` is used where `{layer}` belongs: one layer applied twice, the other never",
+                    f"Use `{layer}` there, as the formula does.",
+                    changed,
+                )
+            )
+    return found
+
+
+def _residual_added(function):
+    """``return self.layer(x, ...)`` as ``return x + self.layer(x, ...)``: a residual where none belongs."""
+    params = set(_parameters(function))
+    found = []
+    for index, node in enumerate(ast.walk(function)):
+        if not (isinstance(node, ast.Return) and _called_layer(node.value) and node.value.args):
+            continue
+        first = node.value.args[0]
+        if not (isinstance(first, ast.Name) and first.id in params):
+            continue
+        changed = copy.deepcopy(function)
+        target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+        target.value = ast.BinOp(ast.Name(first.id, ast.Load()), ast.Add(), target.value)
+        found.append(
+            Slip(
+                "residual_added",
+                f"a residual is added where none belongs: `{first.id}` is added to what `{_called_layer(node.value)}` "
+                f"gives",
+                f"Return what `{_called_layer(node.value)}` gives, without adding `{first.id}` to it.",
+                changed,
+            )
+        )
+    return found
+
+
+def _chained_layers_swapped(holder):
+    """``z = self.a(h, *rest)`` then ``z = self.b(z)`` as ``z = self.b(h[, *rest])`` then ``z = self.a(z, *rest)``:
+    two layers applied one after the other, in the other order."""
+    body, found = holder.body, []
+    for i in range(len(body) - 1):
+        first, second = body[i], body[i + 1]
+        if not (_assigned_call(first) and _assigned_call(second)):
+            continue
+        made, a, b = first.targets[0].id, first.value, second.value
+        if not (b.args and isinstance(b.args[0], ast.Name) and b.args[0].id == made and a.args):
+            continue
+        rest_a, rest_b = a.args[1:], b.args[1:]
+        for given in ([], rest_a) if rest_a else ([],):
+            now_first = ast.Assign([ast.Name(made, ast.Store())], ast.Call(b.func, [a.args[0], *rest_b, *given], []))
+            now_second = ast.Assign(
+                [copy.deepcopy(second.targets[0])], ast.Call(a.func, [ast.Name(made, ast.Load()), *rest_a], [])
+            )
+            changed = copy.deepcopy(holder)
+            changed.body = [*body[:i], copy.deepcopy(now_first), copy.deepcopy(now_second), *body[i + 2 :]]
+            found.append(
+                Slip(
+                    "layers_in_another_order",
+                    f"`{b.func.attr}` and `{a.func.attr}` are applied in the other order",
+                    f"Apply `{a.func.attr}` first, then `{b.func.attr}`, as the formula does.",
+                    changed,
+                )
+            )
+    return found
+
+
+def _assigned_call(statement):
+    """Whether ``statement`` is ``name = self.layer(...)`` with positional arguments alone."""
+    return (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+        and _called_layer(statement.value) is not None
+        and not statement.value.keywords
     )
