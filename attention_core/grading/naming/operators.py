@@ -159,7 +159,7 @@ def operators(node, owner_names=(), norms=frozenset()):
         found += _chained_layers_swapped(node)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
         found += _parameter_swapped(node) + _parameter_swapped_once(node) + _size_swapped(node)
-        found += _layer_input_swapped(node) + _layer_reused(node) + _residual_added(node)
+        found += _layer_input_swapped(node) + _layer_reused(node) + _residual_added(node) + _returned_as(node)
     return found
 
 
@@ -1266,3 +1266,33 @@ def _assigned_call(statement):
         and _called_layer(statement.value) is not None
         and not statement.value.keywords
     )
+
+
+MASK_MAKERS = frozenset({"tril", "triu"})
+
+
+def _returned_as(function):
+    """A mask (a comparison, a triangle) returned with the other polarity: True where blocked (nn.MultiheadAttention's
+    convention) where True = may attend belongs."""
+    found = []
+    for index, node in enumerate(ast.walk(function)):
+        if not isinstance(node, ast.Return) or node.value is None or isinstance(node.value, ast.Tuple):
+            continue
+        if not any(
+            isinstance(n, ast.Compare) or (isinstance(n, ast.Call) and _name(n) in MASK_MAKERS)
+            for n in ast.walk(node.value)
+        ):
+            continue
+        changed = copy.deepcopy(function)
+        target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+        target.value = ast.UnaryOp(ast.Invert(), target.value)
+        found.append(
+            Slip(
+                "mask_polarity_inverted",
+                "the mask is of the other polarity: True where a position is blocked (nn.MultiheadAttention's "
+                "convention) where True = may attend belongs",
+                "Return True where a position may attend, False where it is blocked.",
+                changed,
+            )
+        )
+    return found
