@@ -21,6 +21,8 @@ from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.settings import SettingsError, read_settings
 from tests.outputs import folder, last_part
 
+pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
 BOOK = Path(__file__).resolve().parent / "assignments" / "book"

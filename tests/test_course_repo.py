@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = ROOT / "tests" / "__snapshots__"
 

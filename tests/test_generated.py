@@ -12,6 +12,8 @@ from attention_core.grading.judging.grader import Grader
 from attention_core.grading.naming import generated
 from attention_core.harness.reading import assignment
 
+pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = Path(__file__).resolve().parent / "assignments" / "book"
 HEAD = ROOT / "examples" / "head"

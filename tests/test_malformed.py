@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from test_case_files import GOOD
 
+pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_BYTES = 1536 * 2**20
 MAX_OUTPUT = 100_000

@@ -14,6 +14,8 @@ import torch
 from attention_core import checks
 from attention_core.harness.checking.devices import NO_CUDA, covered
 
+pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent

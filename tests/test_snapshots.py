@@ -11,6 +11,8 @@ import torch
 from attention_core.harness.checking import tolerance
 from attention_core.harness.plugin.snapshot import FULL_LIMIT, TensorSnapshotExtension, parse, summary_guarantee
 
+pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+
 ROOT = Path(__file__).resolve().parent.parent
 EXT = TensorSnapshotExtension()
 

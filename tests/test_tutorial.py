@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+
 ROOT = Path(__file__).resolve().parent.parent
 STEP = re.compile(r"<!-- tutorial: (\w+)(?: (\S+))? -->\n(?:```\w*\n(.*?)^```\n)?", re.MULTILINE | re.DOTALL)
 
