@@ -178,7 +178,7 @@ class Diagnoser:
                 continue
             if result.status is Status.FAILED:
                 values = theirs if isinstance(theirs, dict) else theirs.outputs
-                if not _agree(result.outputs, values or {}, item):
+                if not (_agree(result.outputs, values or {}, item) or _same_failures(result, theirs)):
                     return False
             elif isinstance(theirs, dict) or not (_raised(result) and _raised(theirs) and _same_error(result, theirs)):
                 return False
@@ -233,7 +233,7 @@ class Diagnoser:
                 values = theirs if isinstance(theirs, dict) else theirs.outputs  # student's values, and fail?
                 if (
                     result.status is Status.FAILED
-                    and _agree(result.outputs, values, item)
+                    and (_agree(result.outputs, values, item) or _same_failures(result, theirs))
                     and not self._passes(item, mutant, theirs)
                 ):
                     found.append(mutant)
@@ -424,13 +424,25 @@ def _agree(ours, theirs, item):
             if not torch.equal(a.cpu(), b.cpu()):
                 return False
             continue
+        # two results in a coarser dtype than the case's agree only to that dtype's precision
+        coarse = tolerance.agreement_tolerance(max((a.dtype, b.dtype), key=lambda d: torch.finfo(d).eps))
+        near, within = max(rtol, coarse[0]), max(atol, coarse[1])
         a, b = a.detach().reshape(-1), b.detach().reshape(-1)
         step = a.numel() // SAMPLE
-        if step > 1 and not _close(a[::step], b[::step], rtol, atol):
+        if step > 1 and not _close(a[::step], b[::step], near, within):
             return False  # an evenly spread sample settles most disagreements at a fraction of the cost
-        if not _close(a, b, rtol, atol):
+        if not _close(a, b, near, within):
             return False
     return True
+
+
+def _same_failures(result, theirs):
+    """Whether two failed runs that kept no values (a result of the wrong dtype or structure: it fails before its
+    values are read) failed alike: the same targets, each with the same message (``torch.float32 != torch.float64``)."""
+    if isinstance(theirs, dict) or result.outputs or theirs.outputs or not result.failures:
+        return False
+    told = [(f.target, f.mismatch.stage, f.mismatch.message) for f in result.failures]
+    return told == [(f.target, f.mismatch.stage, f.mismatch.message) for f in theirs.failures]
 
 
 def _close(a, b, rtol, atol):

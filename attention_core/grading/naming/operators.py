@@ -1278,21 +1278,31 @@ def _returned_as(function):
     for index, node in enumerate(ast.walk(function)):
         if not isinstance(node, ast.Return) or node.value is None or isinstance(node.value, ast.Tuple):
             continue
-        if not any(
+        changed = copy.deepcopy(function)
+        target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+        if any(
             isinstance(n, ast.Compare) or (isinstance(n, ast.Call) and _name(n) in MASK_MAKERS)
             for n in ast.walk(node.value)
         ):
-            continue
-        changed = copy.deepcopy(function)
-        target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
-        target.value = ast.UnaryOp(ast.Invert(), target.value)
-        found.append(
-            Slip(
-                "mask_polarity_inverted",
-                "the mask is of the other polarity: True where a position is blocked (nn.MultiheadAttention's "
-                "convention) where True = may attend belongs",
-                "Return True where a position may attend, False where it is blocked.",
-                changed,
+            target.value = ast.UnaryOp(ast.Invert(), target.value)
+            found.append(
+                Slip(
+                    "mask_polarity_inverted",
+                    "the mask is of the other polarity: True where a position is blocked (nn.MultiheadAttention's "
+                    "convention) where True = may attend belongs",
+                    "Return True where a position may attend, False where it is blocked.",
+                    changed,
+                )
             )
-        )
+        else:
+            target.value = ast.Call(ast.Attribute(target.value, "float", ast.Load()), [], [])
+            found.append(
+                Slip(
+                    "default_dtype",
+                    "the result is float32, torch's default dtype, whatever the input's (a tensor made without "
+                    "`dtype=`, as torch.zeros(shape), then filled)",
+                    "Make the result in the input's dtype (torch.zeros_like(x), or dtype=x.dtype).",
+                    changed,
+                )
+            )
     return found
