@@ -61,7 +61,7 @@ with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
     peak = pss = 0
     while batch.poll() is None:
         peak = max(peak, trusted_memory.graders_rss_kib(batch.pid) * 1024)
-        pss = max(pss, trusted_memory.trusted_pss_kib(batch.pid)[0])
+        pss = max(pss, trusted_memory.trusted_pss_kib(batch.pid))
         try:
             batch.wait(timeout=0.2)
         except subprocess.TimeoutExpired:

@@ -71,9 +71,8 @@ def trusted(root, servers=True):
 
 
 def trusted_pss_kib(root):
-    """(the PSS of the batch's trusted processes together, in KiB; how many they are)."""
-    pids = trusted(root)
-    return sum(pss_kib(pid) for pid in pids), len(pids)
+    """The PSS of the batch's trusted processes together, in KiB."""
+    return sum(pss_kib(pid) for pid in trusted(root))
 
 
 def peak(command, **popen):
@@ -81,7 +80,7 @@ def peak(command, **popen):
     batch = subprocess.Popen(command, **popen)
     most = 0
     while batch.poll() is None:
-        most = max(most, trusted_pss_kib(batch.pid)[0])
+        most = max(most, trusted_pss_kib(batch.pid))
         try:
             batch.wait(timeout=0.2)
         except subprocess.TimeoutExpired:

@@ -3,7 +3,7 @@ of replies already judged) stays within a known memory, however many submissions
 
 from collections import OrderedDict
 
-import torch
+from attention_core.grading.server import wire
 
 
 class Kept:
@@ -33,16 +33,7 @@ class Kept:
         return len(self._entries)
 
 
-def nbytes(value, _depth=0):
-    """The bytes of the tensors ``value`` holds: itself, those of a dict, list or tuple, or of an object's
-    ``outputs`` (a Result's), to a few levels."""
-    if isinstance(value, torch.Tensor):
-        return value.nelement() * value.element_size()
-    if _depth > 3:
-        return 0
-    if isinstance(value, dict):
-        return sum(nbytes(v, _depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(nbytes(v, _depth + 1) for v in value)
+def nbytes(value):
+    """The bytes of the tensors ``value`` holds (nested in dicts, lists and tuples), or a Result's ``outputs``."""
     outputs = getattr(value, "outputs", None)
-    return nbytes(outputs, _depth + 1) if isinstance(outputs, dict) else 0
+    return wire.nbytes(outputs if isinstance(outputs, dict) else value)

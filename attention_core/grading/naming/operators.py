@@ -21,6 +21,7 @@ name involved, never the reference's line, constant or variable.
 from __future__ import annotations
 
 import ast
+import collections
 import copy
 
 from attention_core.grading.naming.slips import (
@@ -221,24 +222,20 @@ def _parameter_swapped_once(function):
     ``latents`` belongs), where the parameter is read more than once (read once: :func:`_parameter_swapped`)."""
     params = _parameters(function)
     reads = [
-        i
+        (i, n.id)
         for i, n in enumerate(ast.walk(function))
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in params
     ]
-    counts: dict = {}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in params:
-            counts[node.id] = counts.get(node.id, 0) + 1
+    counts = collections.Counter(name for _, name in reads)
     found = []
-    for index in reads:
-        param = next(n for i, n in enumerate(ast.walk(function)) if i == index).id
+    for index, param in reads:
         if counts[param] < 2:
             continue
         for other in params:
             if other == param or other not in counts:
                 continue
             changed = copy.deepcopy(function)
-            next(n for i, n in enumerate(ast.walk(changed)) if i == index).id = other
+            _at(changed, index).id = other
             found.append(_used_for(other, param, changed))
     return found
 
@@ -696,9 +693,19 @@ def _variance_of_squares(node, name):
 
 def _layer_call(node):
     """The layer's name of ``self.<layer>(one argument)``; None."""
-    if isinstance(node, ast.Call) and _self_attribute(node.func) and len(node.args) == 1 and not node.keywords:
+    if _called_layer(node) and len(node.args) == 1 and not node.keywords:
         return node.func.attr
     return None
+
+
+def _called_layer(node):
+    """The layer's name of ``self.<layer>(...)`` (any arguments); None."""
+    return node.func.attr if isinstance(node, ast.Call) and _self_attribute(node.func) else None
+
+
+def _at(tree, index):
+    """The node at position ``index`` of ``ast.walk(tree)`` (the same position in a deep copy)."""
+    return next(n for i, n in enumerate(ast.walk(tree)) if i == index)
 
 
 POST_FOR_PRE = (
@@ -934,7 +941,7 @@ def _size_swapped(function):
             if now == was:
                 continue
             changed = copy.deepcopy(function)
-            target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+            target = _at(changed, index)
             if field == "args":
                 target.args[0] = copy.deepcopy(other)
             else:
@@ -1101,7 +1108,7 @@ def _layer_input_swapped(function):
             if other == name:
                 continue
             changed = copy.deepcopy(function)
-            next(n for i, n in enumerate(ast.walk(changed)) if i == index).args[0].id = other
+            _at(changed, index).args[0].id = other
             found.append(
                 Slip(
                     "layer_input_swapped",
@@ -1127,11 +1134,6 @@ def _used_for(other, param, changed):
         f"Use `{param}` there, as the formula does.",
         changed,
     )
-
-
-def _called_layer(node):
-    """The layer's name of ``self.<layer>(...)`` (any arguments); None."""
-    return node.func.attr if isinstance(node, ast.Call) and _self_attribute(node.func) else None
 
 
 def _argument_left_out(node, owner_names):
@@ -1190,7 +1192,7 @@ def _layer_reused(function):
             if other == layer:
                 continue
             changed = copy.deepcopy(function)
-            next(n for i, n in enumerate(ast.walk(changed)) if i == index).func.attr = other
+            _at(changed, index).func.attr = other
             found.append(
                 Slip(
                     "layer_reused",
@@ -1213,7 +1215,7 @@ def _residual_added(function):
         if not (isinstance(first, ast.Name) and first.id in params):
             continue
         changed = copy.deepcopy(function)
-        target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+        target = _at(changed, index)
         target.value = ast.BinOp(ast.Name(first.id, ast.Load()), ast.Add(), target.value)
         found.append(
             Slip(
@@ -1279,7 +1281,7 @@ def _returned_as(function):
         if not isinstance(node, ast.Return) or node.value is None or isinstance(node.value, ast.Tuple):
             continue
         changed = copy.deepcopy(function)
-        target = next(n for i, n in enumerate(ast.walk(changed)) if i == index)
+        target = _at(changed, index)
         if any(
             isinstance(n, ast.Compare) or (isinstance(n, ast.Call) and _name(n) in MASK_MAKERS)
             for n in ast.walk(node.value)

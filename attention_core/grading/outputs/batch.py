@@ -309,7 +309,8 @@ class _Graders:
     while the command goes on, then grades the first submission."""
 
     def __init__(self, assignment, cases, options, entry, out, jobs):
-        self.made, self.out, self.jobs = (assignment, cases, options, entry), out, jobs
+        self.assignment, self.cases, self.options, self.entry = assignment, cases, options, entry
+        self.out, self.jobs = out, jobs
         self.here = "torch" in sys.modules
         self.context = multiprocessing.get_context("spawn")
         self.tasks, self.done = self.context.Queue(), self.context.Queue()
@@ -319,7 +320,7 @@ class _Graders:
         if self.here:
             from attention_core.grading.outputs import graders  # noqa: PLC0415 (torch is loaded here already)
 
-            self.plan, self.chosen = graders.plan(*self.made)
+            self.plan, self.chosen = graders.plan(self.assignment, self.cases, self.options, self.entry)
             return self
         try:
             self._start(None, planner=True)
@@ -337,7 +338,17 @@ class _Graders:
     def _start(self, first, planner=False):
         process = self.context.Process(
             target=_grader_entry,
-            args=(*self.made, self.out, planner, first, self.tasks, self.done),
+            args=(
+                self.assignment,
+                self.cases,
+                self.options,
+                self.entry,
+                self.out,
+                planner,
+                first,
+                self.tasks,
+                self.done,
+            ),
         )
         process.start()
         self.processes.append(process)
@@ -349,7 +360,7 @@ class _Graders:
             if todo:
                 from attention_core.grading.outputs import graders  # noqa: PLC0415
 
-                graders.grade_here(self.chosen, self.made[2], self.made[3], todo, self.out, finished, progress)
+                graders.grade_here(self.chosen, self.options, self.entry, todo, self.out, finished, progress)
             return
         # Each process is given its first submission (one reading ahead must not take the next process's
         # first: the planner takes its own first from the queue, where nothing else reads yet), then they share

@@ -17,6 +17,7 @@ from attention_core.grading.outputs import gradescope, records
 from attention_core.grading.outputs.plan import Plan
 from attention_core.grading.outputs.scores import Score, Scores
 from attention_core.grading.properties.model import is_property
+from attention_core.harness.checking import runner
 from attention_core.harness.reading.assignment import resolve
 from attention_core.harness.text import shorten
 from attention_core.report.figures import Drawings
@@ -42,8 +43,6 @@ def nothing_graded(chosen):
     """(why no submission could score anything against the Assignment ``chosen``, or None; the case errors,
     as ``location: message``). Nothing to grade: no case file, no graded check that
     loads (each names a function the reference does not define...), or a setting that names no check."""
-    from attention_core.harness.checking import runner  # noqa: PLC0415
-
     items = runner.collect(chosen.cases, chosen)
     graded = [i for i in items if i.error is None and i.check.kind == "call"]
     errors = [i for i in items if i.error is not None]
