@@ -118,9 +118,8 @@ class Diagnoser:
         mistakes of its code whose results match the student's on every check and property of that name
         (failing where it fails, with its values; passing where it passes), and then on further inputs of
         the same shapes (``ask``), where the submission's results are asked too. One sentence between them:
-        it is named on each failed grade of the name; two or three: they are given as what it could be."""
-        if not self.generated:
-            return
+        it is named on each failed grade of the name; two or three: they are given as what it could be.
+        The mistakes are generated at the first name that needs them (a correct submission needs none)."""
         by_name = {}
         for grade in grades:
             name = _function_of(grade)

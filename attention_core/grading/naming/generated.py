@@ -113,7 +113,7 @@ def generate(chosen, source=None, path=None):
     except SyntaxError:
         return []
     tree.body = [node for node in tree.body if isinstance(node, DEFINITIONS)]
-    unchanged = ast.unparse(tree)  # (a change that changes nothing is no mistake)
+    walk = _Walk(tree)
     found, seen = [], set()
     made = places(tree, chosen.graded)
     alike = {}
@@ -122,9 +122,9 @@ def generate(chosen, source=None, path=None):
     every = [group for group in alike.values() if len(group) > 1]
     for number, group in enumerate([[place] for place in made] + every):
         place = group[0]
-        module, text = _mutated(tree, group, path, vars(chosen.reference))
+        module, text = _mutated(tree, walk, group, path, vars(chosen.reference))
         # The same change made by two kinds: the first, more specific, kept (a helper's, once for each caller).
-        if module is None or text == unchanged or (place.owner, text) in seen:
+        if module is None or (place.owner, text) in seen:
             continue
         seen.add((place.owner, text))
         functions = assignments.callables(module, chosen.graded)
@@ -149,24 +149,42 @@ def kind_of(mutant):
     return mutant.name.split(":")[1]
 
 
-def _mutated(tree, group, path, imported):
-    """(the module of ``tree`` (the reference's definitions) with the slips of ``group`` (places) made, its text);
-    (None, None) where it does not compile or run. Its definitions are made again in a copy of ``imported`` (the
-    reference's namespace, as its import left it: its imports and constants), so that nothing else of the
-    reference runs again."""
-    changed = copy.deepcopy(tree)
-    nodes = list(ast.walk(changed))
-    parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
+def _mutated(tree, walk, group, path, imported):
+    """(the module of ``tree`` (the reference's definitions) with the slips of ``group`` (places) made, the text of
+    the definitions they change); (None, None) where it does not compile or run. ``walk``: the tree's _Walk.
+    The changed tree is a copy of the nodes from each changed one up to the module, sharing every other node with
+    ``tree`` (read, never written). Its definitions are made again in a copy of ``imported`` (the reference's
+    namespace, as its import left it: its imports and constants), so that nothing else of the reference runs
+    again."""
+    copies = {}  # id(a node of tree) -> its copy in the changed tree
+
+    def copied(node):
+        if id(node) not in copies:
+            new = copy.copy(node)
+            for field, value in ast.iter_fields(new):
+                if isinstance(value, list):
+                    setattr(new, field, list(value))
+            copies[id(node)] = new
+            parent = walk.parents.get(id(node))
+            if parent is not None:
+                _replace(copied(parent), node, new)
+        return copies[id(node)]
+
     for place in group:
-        target = nodes[place.index]
-        parent = parents.get(id(target))
-        if parent is None or not _replace(parent, target, copy.deepcopy(place.slip.replacement)):
+        target = walk.nodes[place.index]
+        parent = walk.parents.get(id(target))
+        replacement = copy.deepcopy(place.slip.replacement)
+        if parent is None or not _replace(copied(parent), copies.get(id(target), target), replacement):
             return None, None
-    ast.fix_missing_locations(changed)
+        _locate(replacement, target)
+    changed = copies[id(tree)]
     place = group[0]
-    try:
-        text = ast.unparse(changed)
+    try:  # the definitions whose text it changes (a change that changes nothing is no mistake)
+        texts = [(i, ast.unparse(top)) for i, top in enumerate(changed.body) if top is not tree.body[i]]
     except Exception:  # noqa: BLE001 (a tree no source can show: no mutant)
+        return None, None
+    text = "\n".join(f"{i}: {own}" for i, own in texts if own != walk.text(i))
+    if not text:
         return None, None
     module = types.ModuleType(f"_generated_mutant_{place.owner}_{place.index}")
     module.__dict__.update({k: v for k, v in imported.items() if k not in ("__name__", "__spec__", "__loader__")})
@@ -176,6 +194,31 @@ def _mutated(tree, group, path, imported):
     except Exception:  # noqa: BLE001 (a change that does not run at definition: no mutant)
         return None, None
     return module, text
+
+
+class _Walk:
+    """A tree's nodes in ``ast.walk``'s order, each node's parent, and each top-level statement's text (made once)."""
+
+    def __init__(self, tree):
+        self.tree, self.nodes = tree, list(ast.walk(tree))
+        self.parents = {id(child): node for node in self.nodes for child in ast.iter_child_nodes(node)}
+        self._texts = {}
+
+    def text(self, index):
+        if index not in self._texts:
+            self._texts[index] = ast.unparse(self.tree.body[index])
+        return self._texts[index]
+
+
+def _locate(replacement, target):
+    """Give the nodes of ``replacement`` that have no place ``target``'s (as ``ast.fix_missing_locations`` would
+    give them their parent's), leaving the nodes it shares with the tree as they are."""
+    for node in ast.walk(replacement):
+        for attribute in node._attributes:
+            if getattr(node, attribute, None) is None and attribute in ("lineno", "col_offset"):
+                setattr(node, attribute, getattr(target, attribute, 1 if attribute == "lineno" else 0))
+            elif not hasattr(node, attribute):
+                setattr(node, attribute, getattr(target, attribute, None))
 
 
 def _replace(parent, target, replacement):

@@ -1,8 +1,14 @@
 """The grading worker: a server that imports torch once and forks one child per submission.
 
-Run by path (``python -I -S worker.py CONTROL_FD [SITE_DIR ...]``), never as part of the package:
+Run by path (``python -I -S worker.py FORK_FD [SITE_DIR ...]``), never as part of the package:
 it imports only the standard library, torch and ``wire.py`` beside it (loaded by path), so the
 reference solution, the case files and their expected values are never in its memory.
+
+That process serves no submission itself: it imports torch once and forks a fresh server for each
+control socket it is sent on ``FORK_FD`` (replying with the server's pid as 8 bytes), so that a
+grader starts a server in milliseconds rather than an import of torch, and servers forked from one
+process share torch's pages. At the end of file on ``FORK_FD`` it exits; its servers run on until
+their own control sockets end.
 
 The server reads requests from the grader on the control socket: ``share`` keeps tensors (large
 arguments) that the children it forks later inherit, so a call can name them instead of
@@ -16,6 +22,7 @@ to the output pipe, caps its address space, imports the submission and then answ
 its socket until end of file. Nothing it sends is ever unpickled by the grader.
 """
 
+import fcntl
 import gc
 import importlib.util
 import json
@@ -312,8 +319,38 @@ def warm_up(torch):
     torch.broadcast_shapes((2, 1), (3,))
 
 
+def fork_servers(forks, wire, sandbox):
+    """Fork a server for each control socket sent on ``forks``; reply with its pid. Ends at end of file."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the servers that end are reaped by the kernel
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(forks, 1, 1)
+        except OSError:
+            break
+        if not data or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            break
+        pid = os.fork()
+        if pid == 0:
+            forks.close()  # a server (and its children) holds no way to ask for more servers
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            global SERVER
+            SERVER = os.urandom(6).hex()  # its own, not the forking process's
+            CGROUPS.remove_stale()
+            ctl = fcntl.fcntl(fds[0], fcntl.F_DUPFD_CLOEXEC, 10)  # the low numbers left for what a child receives
+            os.close(fds[0])
+            serve(socket.socket(fileno=ctl), wire, sandbox)
+            os._exit(0)
+        os.close(fds[0])
+        try:
+            forks.sendall(pid.to_bytes(8, "big"))
+        except OSError:
+            break
+
+
 def main(argv):
-    ctl_fd, site_dirs = int(argv[1]), argv[2:]
+    forks_fd, site_dirs = int(argv[1]), argv[2:]
     sys.path.extend(d for d in site_dirs if d not in sys.path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader handles ^C and closes us
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
@@ -321,10 +358,9 @@ def main(argv):
     wire = load("wire")  # imports torch
     sandbox, CGROUPS, CHILD = load("sandbox"), load("cgroups"), load("child")
     INSTANCES = load("instances", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    CGROUPS.remove_stale()
     warm_up(sys.modules["torch"])
     gc.freeze()  # the children's collections leave the server's objects alone (and their pages shared)
-    serve(socket.socket(fileno=ctl_fd), wire, sandbox)
+    fork_servers(socket.socket(fileno=forks_fd), wire, sandbox)
     os._exit(0)  # skip the interpreter's and torch's finalisation: nothing is left to flush
 
 
