@@ -42,6 +42,12 @@ def _session(sid):
     return found
 
 
+def _as_from_a_terminal():
+    """^C as a terminal's command gets it: a process started with SIGINT ignored (as a test runner's worker may
+    be) ignores it for good, as Unix has a background job do."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _rows(path):
     with path.open(newline="") as handle:
         return [row[0] for row in csv.reader(handle)][2:]  # (the header, then Points Possible)
@@ -70,8 +76,14 @@ def test_a_batch_stopped_with_sigint_keeps_what_it_finished_leaves_nothing_runni
         str(out),
     ]
     batch = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )  # its own process group: ^C reaches all of it
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: ^C reaches all of it
+        preexec_fn=_as_from_a_terminal,
+    )
     deadline = time.monotonic() + 120
     while len(list(out.rglob("record.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
