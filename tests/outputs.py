@@ -1,6 +1,14 @@
-"""Where a batch's files for one submission are, as the tests name a submission: its file's name."""
+"""Where a batch's files for one submission are, as the tests name a submission: its file's name; the command line
+run in the test's own process."""
 
+import contextlib
+import io
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+from attention_core.cli import main
 
 
 def folder(out, name):
@@ -20,3 +28,26 @@ def report(out, name):
     found = [p for p in Path(out, "reports").rglob("report.html") if p.parent.name == name]
     assert len(found) == 1, f"{len(found)} reports named {name!r} in {out}"
     return found[0]
+
+
+def command(*args, cwd=None):
+    """``python -m attention_core ARGS`` run in this process (the same code, without an interpreter and torch to
+    start; ``grade`` grades here, its submissions still in their sandboxes): a CompletedProcess with the exit code
+    and what it printed. ``cwd``: the folder it runs in."""
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    argv = [str(a) for a in args]
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as stop:  # argparse's errors and --help
+                code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+                if isinstance(stop.code, str):
+                    print(stop.code, file=sys.stderr)
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "attention_core", *argv], code, out.getvalue(), err.getvalue()
+    )

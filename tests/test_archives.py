@@ -3,8 +3,6 @@ bound, or with an entry that escapes its folder, is refused whole with its reaso
 
 import json
 import stat
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import pytest
 
 from attention_core.grading.intake import archives
 from tests import attacks
-from tests.outputs import folder, last_part
+from tests.outputs import command, folder, last_part
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
 CORRECT = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
@@ -95,23 +93,15 @@ def test_a_batch_of_zips_grades_the_good_ones_and_refuses_the_hostile_with_rows_
     with zipfile.ZipFile(subs / "mallory.zip", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("attention.py", b"#" * (archives.MAX_BYTES + 1))
     out = tmp_path / "out"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            "--assignment",
-            str(HEAD),
-            "--property-points",
-            "0",
-            *map(str, sorted(subs.iterdir())),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = command(
+        "grade",
+        "--assignment",
+        str(HEAD),
+        "--property-points",
+        "0",
+        *map(str, sorted(subs.iterdir())),
+        "--out",
+        str(out),
     )
     assert run.returncode == 0, run.stderr[-2000:]
     scores = {last_part(line.split()[0]): line.split()[1] for line in run.stdout.splitlines() if " / " in line}

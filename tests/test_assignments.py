@@ -19,7 +19,7 @@ from attention_core import instances
 from attention_core.harness.checking import runner
 from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.settings import SettingsError, read_settings
-from tests.outputs import folder, last_part
+from tests.outputs import command, folder, last_part
 
 pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
 
@@ -28,14 +28,8 @@ HEAD = ROOT / "examples" / "head"
 BOOK = Path(__file__).resolve().parent / "assignments" / "book"
 
 
-def cli(*args, cwd=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "attention_core", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-    )
+def cli(*args, cwd=None):
+    return command(*args, cwd=cwd)
 
 
 def _scores(run):
@@ -608,12 +602,12 @@ def test_a_script_that_ends_in_exit_is_graded_and_one_that_does_not_import_is_to
 def test_the_kit_and_the_bundle_refuse_a_setting_that_names_no_check(tmp_path):
     folder = _masked_assignment(tmp_path / "a")
     (folder / "assignment.yaml").write_text("checks:\n  m/c/kk: {visibility: hidden}\n")
-    for command in (
+    for argv in (
         ("student-kit", "--assignment", folder, tmp_path / "kit"),
         ("gradescope-bundle", "--assignment", folder, tmp_path / "a.zip"),
     ):
-        run = cli(*command)
-        assert run.returncode == 2 and "'m/c/kk' names no file, case or check" in run.stderr, command
+        run = cli(*argv)
+        assert run.returncode == 2 and "'m/c/kk' names no file, case or check" in run.stderr, argv
     assert not (tmp_path / "kit").exists() and not (tmp_path / "a.zip").exists()
 
 

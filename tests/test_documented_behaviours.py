@@ -4,8 +4,6 @@ import csv
 import io
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from attention_core.harness.checking import tolerance
 from attention_core.harness.checking.devices import covered
 from attention_core.harness.languages.tensor_text import parse_tensor
 from attention_core.harness.plugin import snapshot
-from tests.outputs import folder
+from tests.outputs import command, folder
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -99,25 +97,17 @@ def test_the_budget_option_reaches_the_submission_s_process(tmp_path):
         "            pass\n",
     )
     (tmp_path / "slow.py").write_text(slow)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            "--assignment",
-            str(HEAD),
-            "--budget",
-            "1",
-            "--property-points",
-            "0",
-            str(tmp_path / "slow.py"),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    run = command(
+        "grade",
+        "--assignment",
+        str(HEAD),
+        "--budget",
+        "1",
+        "--property-points",
+        "0",
+        str(tmp_path / "slow.py"),
+        "--out",
+        str(tmp_path / "out"),
         cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr
@@ -194,23 +184,15 @@ def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_pat
 def test_output_that_is_not_a_terminal_carries_no_carriage_return_nor_escape_code(tmp_path):
     for name in ("a", "b", "c"):
         shutil.copy(CORRECT, tmp_path / f"{name}.py")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            "--assignment",
-            str(HEAD),
-            "--property-points",
-            "0",
-            *sorted(map(str, tmp_path.glob("*.py"))),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = command(
+        "grade",
+        "--assignment",
+        str(HEAD),
+        "--property-points",
+        "0",
+        *sorted(map(str, tmp_path.glob("*.py"))),
+        "--out",
+        str(tmp_path / "out"),
         cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr

@@ -2,8 +2,6 @@
 alone gives the student's results, and the teacher told which ones no case catches (adequacy)."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from attention_core.grading.judging.grader import Grader
 from attention_core.grading.naming import generated
 from attention_core.harness.reading import assignment
+from tests.outputs import command
 
 pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
 
@@ -88,13 +87,7 @@ def test_a_student_s_slip_is_named_where_it_alone_gives_their_results_and_a_righ
 
 def test_adequacy_names_the_mistakes_no_case_catches():
     # The book's multi-head case has one dimension per head: sqrt(1) == 1, so no case tells the scale apart.
-    run = subprocess.run(
-        [sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(BOOK)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    run = command("adequacy", "--assignment", str(BOOK), cwd=ROOT)
     assert run.returncode == 0, run.stderr
     missed = [line for line in run.stdout.splitlines() if line.startswith("  not caught")]
     assert len(missed) == 3 and all("in `MultiHeadAttention`" in line for line in missed), run.stdout
@@ -103,13 +96,7 @@ def test_adequacy_names_the_mistakes_no_case_catches():
 
 
 def test_adequacy_of_an_assignment_whose_cases_catch_everything(tmp_path):
-    run = subprocess.run(
-        [sys.executable, "-m", "attention_core", "adequacy", "--assignment", str(HEAD), "-v"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    run = command("adequacy", "--assignment", str(HEAD), "-v", cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert "0 are not caught" in run.stdout and "caught, in `Head`: the mask is inverted" in run.stdout
 

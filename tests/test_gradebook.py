@@ -2,8 +2,6 @@
 every other (a late student drops nobody)."""
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,6 +9,7 @@ import pytest
 
 from attention_core.grading.intake import ids
 from attention_core.grading.outputs.gradebook import write_gradebook
+from tests.outputs import command
 
 HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
 
@@ -54,23 +53,15 @@ def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):
 def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_path):
     out = tmp_path / "out"
     for submission in ("correct.py", "unscaled.py"):
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "attention_core",
-                "grade",
-                "--assignment",
-                str(HEAD),
-                "--property-points",
-                "0",
-                str(HEAD / "submissions" / submission),
-                "--out",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
+        run = command(
+            "grade",
+            "--assignment",
+            str(HEAD),
+            "--property-points",
+            "0",
+            str(HEAD / "submissions" / submission),
+            "--out",
+            str(out),
             cwd=tmp_path,
         )  # HEAD lies outside
         assert run.returncode == 0, run.stderr[-2000:]
@@ -158,25 +149,17 @@ def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_
         (subs / name).write_bytes((HEAD / "submissions" / name).read_bytes())
 
     def grade(*extra):
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "attention_core",
-                "grade",
-                "--assignment",
-                str(HEAD),
-                "--property-points",
-                "0",
-                str(subs / "correct.py"),
-                str(subs / "unscaled.py"),
-                "--out",
-                str(out),
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
+        run = command(
+            "grade",
+            "--assignment",
+            str(HEAD),
+            "--property-points",
+            "0",
+            str(subs / "correct.py"),
+            str(subs / "unscaled.py"),
+            "--out",
+            str(out),
+            *extra,
         )
         assert run.returncode == 0, run.stderr[-2000:]
         return run.stderr
@@ -199,23 +182,15 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
         (tmp_path / student).mkdir()
         (tmp_path / student / "attention.py").write_bytes((HEAD / "submissions" / "correct.py").read_bytes())
     for student in ("alice", "carol", "alice"):
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "attention_core",
-                "grade",
-                "--assignment",
-                str(HEAD),
-                "--property-points",
-                "0",
-                f"{student}/attention.py",
-                "--out",
-                "out",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
+        run = command(
+            "grade",
+            "--assignment",
+            str(HEAD),
+            "--property-points",
+            "0",
+            f"{student}/attention.py",
+            "--out",
+            "out",
             cwd=tmp_path,
         )
         assert run.returncode == 0, run.stderr[-2000:]

@@ -2,13 +2,12 @@
 their own import format (sample files in tests/lms, written from the platforms' documentation)."""
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attention_core.grading.outputs import lms
+from tests.outputs import command
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -75,23 +74,15 @@ def test_a_moodle_full_name_that_holds_another_participant_s_pattern_never_takes
 def test_a_file_that_is_no_roster_is_refused_with_one_line_before_anything_is_graded(tmp_path):
     (tmp_path / "roster.csv").write_text("name,score\nalice,3\n")
     (tmp_path / "s.py").write_text(CORRECT)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            "--assignment",
-            str(HEAD),
-            str(tmp_path / "s.py"),
-            "--out",
-            str(tmp_path / "out"),
-            "--roster",
-            str(tmp_path / "roster.csv"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    run = command(
+        "grade",
+        "--assignment",
+        str(HEAD),
+        str(tmp_path / "s.py"),
+        "--out",
+        str(tmp_path / "out"),
+        "--roster",
+        str(tmp_path / "roster.csv"),
         cwd=ROOT,
     )
     assert run.returncode == 2 and run.stderr.count("\n") == 1
@@ -107,23 +98,15 @@ def test_a_canvas_batch_gets_a_roster_with_who_did_not_submit_and_the_grades_in_
     (subs / "doejohn_late_12346_778_attention.py").write_text(UNSCALED)
     (subs / "stranger.py").write_text(CORRECT)
     out = tmp_path / "out"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            "--assignment",
-            str(HEAD),
-            *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
-            "--out",
-            str(out),
-            "--roster",
-            str(SAMPLES / "canvas_gradebook.csv"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = command(
+        "grade",
+        "--assignment",
+        str(HEAD),
+        *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
+        "--out",
+        str(out),
+        "--roster",
+        str(SAMPLES / "canvas_gradebook.csv"),
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr
@@ -163,23 +146,15 @@ def test_a_moodle_batch_gathers_a_student_s_files_and_fills_the_grading_workshee
     )
     (subs / "John Doe_302_assignsubmission_file_attention.py").write_text(UNSCALED)
     out = tmp_path / "out"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            "--assignment",
-            str(HEAD),
-            *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
-            "--out",
-            str(out),
-            "--roster",
-            str(SAMPLES / "moodle_worksheet.csv"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = command(
+        "grade",
+        "--assignment",
+        str(HEAD),
+        *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
+        "--out",
+        str(out),
+        "--roster",
+        str(SAMPLES / "moodle_worksheet.csv"),
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr

@@ -4,8 +4,6 @@ teacher sets which ones a name gets and what they are worth (docs/properties.md)
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from attention_core.harness.checking import runner
 from attention_core.harness.reading import assignment
 from attention_core.harness.reading.settings import PROPERTY_KINDS, SettingsError, read_settings
 from tests.implementations import STYLES
-from tests.outputs import folder
+from tests.outputs import command, folder
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -244,23 +242,15 @@ def test_an_unknown_property_in_assignment_yaml_is_refused_at_its_line(tmp_path)
 @pytest.mark.grading
 def test_the_book_s_mask_after_softmax_breaks_causality_and_its_right_classes_hold_every_property(tmp_path):
     out = tmp_path / "o"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attention_core",
-            "grade",
-            "--assignment",
-            str(BOOK),
-            *map(str, sorted((BOOK / "submissions").iterdir())),
-            "--out",
-            str(out),
-            "--jobs",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = command(
+        "grade",
+        "--assignment",
+        str(BOOK),
+        *map(str, sorted((BOOK / "submissions").iterdir())),
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
         cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr[-2000:]

@@ -13,15 +13,13 @@ import pytest
 
 from attention_core import reference
 from attention_core.harness.checking import runner
-from tests.outputs import folder, last_part
+from tests.outputs import command, folder, last_part
 
 REFERENCE = Path(reference.__file__).read_text(encoding="utf-8")
 
 
 def _grade(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "attention_core", "grade", *map(str, args)], capture_output=True, text=True, timeout=600
-    )
+    return command("grade", *map(str, args))
 
 
 @pytest.mark.grading
@@ -103,13 +101,7 @@ def test_submission_ids_are_their_paths_never_reach_outside_out_nor_the_batchs_o
         "subs/gradebook.csv.py",
         "subs/ev\x1b[31mil.py",
     ]
-    run = subprocess.run(
-        [sys.executable, "-m", "attention_core", "grade", *given, "--out", "out"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = command("grade", *given, "--out", "out", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "\x1b" not in run.stdout and "ev\\x1b[31mil" in run.stdout
     scores = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " / " in line}
