@@ -23,6 +23,7 @@ from tqdm import tqdm
 from attention_core.grading.intake import folders, ids
 from attention_core.grading.judging.options import GradingOptions
 from attention_core.grading.outputs import cells, gradebook, lms, records
+from attention_core.grading.process import forks
 from attention_core.grading.server import sandbox
 from attention_core.harness.text import escape, is_terminal, points
 from attention_core.report.class_page import class_page
@@ -336,6 +337,7 @@ class _Graders:
         self._close(finished=False)  # (where grading finished, it was closed then)
 
     def _start(self, first, planner=False):
+        channel = forks.channel()  # its worker servers forked from the batch's one forking process
         process = self.context.Process(
             target=_grader_entry,
             args=(
@@ -348,9 +350,13 @@ class _Graders:
                 first,
                 self.tasks,
                 self.done,
+                channel,
             ),
         )
-        process.start()
+        try:
+            process.start()
+        finally:
+            channel.close()  # (the process has its own copy)
         self.processes.append(process)
 
     def grade(self, todo, finished, progress):

@@ -16,6 +16,7 @@ from attention_core.grading.judging.grader import Grader
 from attention_core.grading.outputs import gradescope, records
 from attention_core.grading.outputs.plan import Plan
 from attention_core.grading.outputs.scores import Score, Scores
+from attention_core.grading.process import forks
 from attention_core.grading.properties.model import is_property
 from attention_core.harness.checking import runner
 from attention_core.harness.reading.assignment import resolve
@@ -75,12 +76,15 @@ def grade_here(chosen, options, entry, todo, out, finished, progress):
             gc.unfreeze()
 
 
-def grader_process(assignment, cases, options, entry, out, planner, first, tasks, done):
+def grader_process(assignment, cases, options, entry, out, planner, first, tasks, done, channel=None):
     """A grader process: it reads the assignment (and, the ``planner``, sends its Plan to ``done`` as
     ``("plan", Plan, None)``), then grades the task ``first`` ((index, path, name); the planner takes its
     first from ``tasks``), then what it takes from ``tasks`` (None at the end), sending ``(index, Scores,
-    None)`` to ``done`` for each, or ``(None, None, traceback)`` should grading itself fail."""
+    None)`` to ``done`` for each, or ``(None, None, traceback)`` should grading itself fail. ``channel``: the
+    batch's forking process, for its worker servers (forks.channel)."""
     taken = collections.deque()
+    if channel is not None:
+        forks.adopt(channel)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C: it ends us with SIGTERM
     signal.signal(signal.SIGTERM, _end_quietly)
 

@@ -1,8 +1,7 @@
 """The grader's side of the worker: start the server, open submissions, call their functions.
 
-A ``Worker`` has a server forked for it by ``worker.py``, started once in a fresh interpreter (``-I -S``,
-with only the folders torch is installed in added to its path, and an environment of its own) and
-kept for the process's later Workers, and keeps one control socket to its server. ``Worker.open`` passes the
+A ``Worker`` has a server forked for it (``forks.py``: by ``worker.py``, started once in a fresh interpreter,
+``-I -S``, with only the folders torch is installed in added to its path) and keeps one control socket to it. ``Worker.open`` passes the
 server one end of a new socket pair and the write end of a new output pipe; the server forks a
 child, which builds its sandbox, imports the submission once the grader says so (``wire.GO``)
 and then talks to the grader directly on that socket. Every
@@ -14,29 +13,22 @@ Several threads may share one ``Worker`` (each submission used by one thread at 
 Imports attention_core.spec and nothing else of the package but this room's wire format.
 """
 
-import atexit
 import dataclasses
 import os
-import select
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
-import torch
-
 from attention_core import spec
-from attention_core.grading.process import plan
+from attention_core.grading.process import forks, plan
+from attention_core.grading.process.forks import WorkerError
 from attention_core.grading.process.replies import (
     CRASHED,
     OK,
     OUTPUT_BYTES,
     CallOutcome,
-    WorkerError,
     checked_outcome,
     decoded,
 )
@@ -44,129 +36,10 @@ from attention_core.grading.process.submission import Submission
 from attention_core.grading.server import wire
 from attention_core.harness.reading.settings import BUDGET
 
-__all__ = ["Submission", "Worker", "WorkerError", "site_dirs"]
+__all__ = ["Submission", "Worker", "WorkerError"]
 
-WORKER = Path(__file__).parent.parent / "server" / "worker.py"
-KEPT_ENVIRONMENT = {"LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
-# A fixed PATH, not the grader's (whose folders would tell a submission about the grader's machine).
-CHILD_PATH = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
 REPLIES_KEPT = 1 << 16  # bytes of a reply up to which identical replies are decoded once per worker
 REPLIES_BUDGET = 64 << 20  # bytes of such replies one worker keeps
-
-
-def site_dirs():
-    """The folders the server needs on its path: where torch is installed, then the other site folders."""
-    dirs = [str(Path(torch.__file__).resolve().parent.parent)]
-    dirs += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages") and p not in dirs]
-    return dirs
-
-
-class _Server:
-    """A server forked for one Worker: its pid, its control socket, and a pid file descriptor to watch it by."""
-
-    def __init__(self, pid, ctl):
-        self.pid, self.ctl = pid, ctl
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except OSError:  # it has ended already
-            self._pidfd = None
-
-    def alive(self):
-        return self._pidfd is not None and not select.select([self._pidfd], [], [], 0)[0]
-
-    def wait(self, timeout):
-        """Wait up to ``timeout`` seconds for the server to end (it ends at its control socket's end); then kill it."""
-        if self._pidfd is None:
-            return
-        if not select.select([self._pidfd], [], [], timeout)[0]:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            select.select([self._pidfd], [], [], timeout)
-        os.close(self._pidfd)
-        self._pidfd = None
-
-
-class _Forks:
-    """The process this one's servers are forked from (``worker.py``): started for the first Worker and kept
-    for the next, so that a server costs a fork rather than an import of torch; ended at exit."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._process = self._sock = self._key = None
-        self._owner = 0  # the pid that started it (a forked copy of this process starts its own)
-
-    def server(self):
-        """A new server: a _Server."""
-        # The server's environment is every child's (and readable in its /proc): only what torch needs.
-        env = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PATH=CHILD_PATH)
-        # Large blocks on transparent huge pages where the system offers them: a child touches a
-        # hundred megabytes afresh (its arguments, its results), in 2 MiB faults instead of 4 KiB ones.
-        env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1"]))
-        key = (tuple(sorted(env.items())), tuple(site_dirs()))
-        with self._lock:
-            for attempt in range(2):
-                if self._owner != os.getpid() or self._key != key or self._process.poll() is not None:
-                    self._close()
-                    self._start(env, key)
-                ours, theirs = socket.socketpair()
-                try:
-                    socket.send_fds(self._sock, [b"s"], [theirs.fileno()])
-                    pid = int.from_bytes(_received(self._sock, 8), "big")
-                except OSError as err:
-                    ours.close()
-                    self._close()
-                    if attempt:
-                        raise WorkerError(f"no grading server could be started: {err}") from None
-                    continue
-                finally:
-                    theirs.close()
-                ours.settimeout(120)
-                return _Server(pid, ours)
-        raise AssertionError  # (unreachable)
-
-    def _start(self, env, key):
-        ours, theirs = socket.socketpair()
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER), str(theirs.fileno()), *key[1]],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            env=env,
-        )
-        theirs.close()
-        ours.settimeout(120)  # the first server waits for the import of torch
-        self._sock, self._key, self._owner = ours, key, os.getpid()
-
-    def _close(self):
-        if self._process is not None and self._owner == os.getpid():
-            self._sock.close()  # it exits at end of file
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        elif self._sock is not None:
-            self._sock.close()  # (a forked copy's: the process is its parent's)
-        self._process = self._sock = self._key = None
-        self._owner = 0
-
-    def close(self):
-        with self._lock:
-            self._close()
-
-
-def _received(sock, size):
-    data = b""
-    while len(data) < size:
-        more = sock.recv(size - len(data))
-        if not more:
-            raise OSError("the process that forks grading servers exited")
-        data += more
-    return data
-
-
-_FORKS = _Forks()
-atexit.register(_FORKS.close)
 
 
 class Worker:
@@ -191,11 +64,11 @@ class Worker:
         os.chmod(self.scratch, 0o711)  # an unprivileged child may pass through to its own folder
         os.mkdir(os.path.join(self.scratch, "root"), 0o755)
         self.sandbox_plan = (
-            plan.plan(site_dirs(), root=os.path.join(self.scratch, "root"), budget=budget, namespaces=namespaces)
+            plan.plan(forks.site_dirs(), root=os.path.join(self.scratch, "root"), budget=budget, namespaces=namespaces)
             if sandbox
             else None
         )
-        self._server = _FORKS.server()
+        self._server = forks.server()
         self._ctl, self._lock, self._open = self._server.ctl, threading.Lock(), set()
         self._shared, self._kept = {}, []  # id(tensor) -> its name in the server; the tensors themselves
         self._requests = {}  # (the caller's name for a call's arguments, …) -> the request's bytes

@@ -22,10 +22,6 @@ IMPORT_ERROR = "import error"
 CHILD_STATUSES = (OK, RAISED, NOT_IMPLEMENTED, CRASHED)
 
 
-class WorkerError(RuntimeError):
-    """The grading server failed: a fault of the grading machinery, never of a submission."""
-
-
 @dataclass
 class CallOutcome:
     """What one call of a submission's function did.

@@ -18,6 +18,7 @@ import time
 
 from attention_core.grading.process import plan, timing
 from attention_core.grading.process.channel import WAITED, Channel
+from attention_core.grading.process.forks import WorkerError
 from attention_core.grading.process.replies import (
     CRASHED,
     IMPORT_ERROR,
@@ -25,7 +26,6 @@ from attention_core.grading.process.replies import (
     OK,
     TIMEOUT,
     CallOutcome,
-    WorkerError,
     check_hello,
     checked_outcome,
     decoded,

@@ -5,10 +5,10 @@ it imports only the standard library, torch and ``wire.py`` beside it (loaded by
 reference solution, the case files and their expected values are never in its memory.
 
 That process serves no submission itself: it imports torch once and forks a fresh server for each
-control socket it is sent on ``FORK_FD`` (replying with the server's pid as 8 bytes), so that a
-grader starts a server in milliseconds rather than an import of torch, and servers forked from one
-process share torch's pages. At the end of file on ``FORK_FD`` it exits; its servers run on until
-their own control sockets end.
+control socket it is sent on ``FORK_FD`` or on a channel sent there (replying with the server's pid as
+8 bytes), so that a grader starts a server in milliseconds rather than an import of torch, and servers
+forked from one process share torch's pages. When its last channel ends it exits; its servers run on
+until their own control sockets end.
 
 The server reads requests from the grader on the control socket: ``share`` keeps tensors (large
 arguments) that the children it forks later inherit, so a call can name them instead of
@@ -320,33 +320,48 @@ def warm_up(torch):
 
 
 def fork_servers(forks, wire, sandbox):
-    """Fork a server for each control socket sent on ``forks``; reply with its pid. Ends at end of file."""
+    """Serve ``forks`` and the channels sent on it: ``s`` with a control socket forks a server for it (the reply:
+    its pid, 8 bytes); ``c`` with a socket makes that socket another channel (another process's). Ends when the
+    last channel ends."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the servers that end are reaped by the kernel
-    while True:
-        try:
-            data, fds, _, _ = socket.recv_fds(forks, 1, 1)
-        except OSError:
-            break
-        if not data or len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            break
-        pid = os.fork()
-        if pid == 0:
-            forks.close()  # a server (and its children) holds no way to ask for more servers
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            global SERVER
-            SERVER = os.urandom(6).hex()  # its own, not the forking process's
-            CGROUPS.remove_stale()
-            ctl = fcntl.fcntl(fds[0], fcntl.F_DUPFD_CLOEXEC, 10)  # the low numbers left for what a child receives
-            os.close(fds[0])
-            serve(socket.socket(fileno=ctl), wire, sandbox)
-            os._exit(0)
-        os.close(fds[0])
-        try:
-            forks.sendall(pid.to_bytes(8, "big"))
-        except OSError:
-            break
+    channels = [forks]
+    while channels:
+        for channel in select.select(channels, [], [])[0]:
+            try:
+                data, fds, _, _ = socket.recv_fds(channel, 1, 1)
+            except OSError:
+                data, fds = b"", []
+            if data == b"c" and len(fds) == 1:
+                channels.append(socket.socket(fileno=fds[0]))
+            elif data == b"s" and len(fds) == 1:
+                pid = os.fork()
+                if pid == 0:
+                    for each in channels:  # a server (and its children) holds no way to ask for more servers
+                        each.close()
+                    server(fds[0], wire, sandbox)
+                os.close(fds[0])
+                try:
+                    channel.sendall(pid.to_bytes(8, "big"))
+                except OSError:
+                    channels.remove(channel)
+                    channel.close()
+            else:  # its end (or what no grader sends)
+                for fd in fds:
+                    os.close(fd)
+                channels.remove(channel)
+                channel.close()
+
+
+def server(fd, wire, sandbox):
+    """A server just forked: serve the control socket ``fd``, then exit."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    global SERVER
+    SERVER = os.urandom(6).hex()  # its own, not the forking process's
+    CGROUPS.remove_stale()
+    ctl = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)  # the low numbers left for what a child receives
+    os.close(fd)
+    serve(socket.socket(fileno=ctl), wire, sandbox)
+    os._exit(0)
 
 
 def main(argv):

@@ -1,0 +1,173 @@
+"""Where worker servers come from: one process that imported torch once and forks a server for each grader.
+
+``worker.py`` is started once by exec in a fresh interpreter (``-I -S``, with only the folders torch is installed
+in added to its path, and an environment of its own): it serves no submission itself, and forks a server for each
+control socket it is sent. A server then costs a fork rather than an import of torch, and the servers forked from
+one process share torch's pages. A batch's command starts it (without loading torch itself) and hands each of its
+grader processes a channel of its own (:func:`channel`, :func:`adopt`); a process without one starts its own at its
+first server. It ends when the last channel to it closes.
+
+Imports the standard library alone: the batch command, which loads no torch, starts it.
+"""
+
+import atexit
+import importlib.util
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+
+class WorkerError(RuntimeError):
+    """The grading server failed: a fault of the grading machinery, never of a submission."""
+
+
+WORKER = Path(__file__).parent.parent / "server" / "worker.py"
+KEPT_ENVIRONMENT = {"LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES"}
+# A fixed PATH, not the grader's (whose folders would tell a submission about the grader's machine).
+CHILD_PATH = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+def site_dirs():
+    """The folders the server needs on its path: where torch is installed, then the other site folders."""
+    spec = importlib.util.find_spec("torch")  # (found, not imported)
+    dirs = [str(Path(spec.origin).resolve().parent.parent)] if spec and spec.origin else []
+    dirs += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages") and p not in dirs]
+    return dirs
+
+
+def environment():
+    """The servers' environment, every submission's (and readable in its /proc): only what torch needs."""
+    env = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PATH=CHILD_PATH)
+    # Large blocks on transparent huge pages where the system offers them: a child touches a
+    # hundred megabytes afresh (its arguments, its results), in 2 MiB faults instead of 4 KiB ones.
+    env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1"]))
+    return env
+
+
+class Server:
+    """A server forked for one Worker: its pid, its control socket, and a pid file descriptor to watch it by."""
+
+    def __init__(self, pid, ctl):
+        self.pid, self.ctl = pid, ctl
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except OSError:  # it has ended already
+            self._pidfd = None
+
+    def alive(self):
+        return self._pidfd is not None and not select.select([self._pidfd], [], [], 0)[0]
+
+    def wait(self, timeout):
+        """Wait up to ``timeout`` seconds for the server to end (it ends at its control socket's end); then kill it."""
+        if self._pidfd is None:
+            return
+        if not select.select([self._pidfd], [], [], timeout)[0]:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            select.select([self._pidfd], [], [], timeout)
+        os.close(self._pidfd)
+        self._pidfd = None
+
+
+class _Forks:
+    """This process's way to the forking process: one it started, or a channel to another's."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._process = self._sock = self._key = None
+        self._owner = 0  # the pid whose socket this is (a forked copy of this process starts its own)
+
+    def _ready(self):
+        key = (tuple(sorted(environment().items())), tuple(site_dirs()))
+        own = self._process is None or self._process.poll() is None
+        if self._owner != os.getpid() or not own or (self._process is not None and self._key != key):
+            self._close()
+            self._start(key)
+
+    def server(self):
+        """A new server: a Server."""
+        with self._lock:
+            for attempt in range(2):
+                self._ready()
+                ours, theirs = socket.socketpair()
+                try:
+                    socket.send_fds(self._sock, [b"s"], [theirs.fileno()])
+                    pid = int.from_bytes(_received(self._sock, 8), "big")
+                except OSError as err:
+                    ours.close()
+                    self._close()  # (a channel whose process has gone: this process starts its own)
+                    if attempt:
+                        raise WorkerError(f"no grading server could be started: {err}") from None
+                    continue
+                finally:
+                    theirs.close()
+                ours.settimeout(120)
+                return Server(pid, ours)
+        raise AssertionError  # (unreachable)
+
+    def channel(self):
+        """A channel of its own to the forking process, for another process to :func:`adopt`."""
+        with self._lock:
+            self._ready()
+            ours, theirs = socket.socketpair()
+            try:
+                socket.send_fds(self._sock, [b"c"], [theirs.fileno()])
+            finally:
+                theirs.close()
+            return ours
+
+    def adopt(self, sock):
+        """Use ``sock`` (a :func:`channel` made by another process) for this process's servers."""
+        with self._lock:
+            self._close()
+            sock.settimeout(120)  # the first server waits for the import of torch
+            self._sock, self._owner = sock, os.getpid()
+
+    def _start(self, key):
+        ours, theirs = socket.socketpair()
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WORKER), str(theirs.fileno()), *key[1]],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=dict(key[0]),
+        )
+        theirs.close()
+        ours.settimeout(120)  # the first server waits for the import of torch
+        self._sock, self._key, self._owner = ours, key, os.getpid()
+
+    def _close(self):
+        if self._sock is not None:
+            self._sock.close()  # the forking process ends when its last channel ends
+        if self._process is not None and self._owner == os.getpid():
+            try:
+                self._process.wait(timeout=10)  # (other processes' channels closed first: see the batch)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = self._sock = self._key = None
+        self._owner = 0
+
+    def close(self):
+        with self._lock:
+            self._close()
+
+
+def _received(sock, size):
+    data = b""
+    while len(data) < size:
+        more = sock.recv(size - len(data))
+        if not more:
+            raise OSError("the process that forks grading servers exited")
+        data += more
+    return data
+
+
+_FORKS = _Forks()
+atexit.register(_FORKS.close)
+server, channel, adopt, close = _FORKS.server, _FORKS.channel, _FORKS.adopt, _FORKS.close
