@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 
@@ -51,27 +52,44 @@ def environment():
 
 
 class Server:
-    """A server forked for one Worker: its pid, its control socket, and a pid file descriptor to watch it by."""
+    """A server forked for one Worker: its pid, its control socket, and a pid file descriptor to watch it by (where
+    the system has none, its pid: the forking process collects its servers at once, so a pid that answers is it)."""
 
     def __init__(self, pid, ctl):
-        self.pid, self.ctl = pid, ctl
+        self.pid, self.ctl, self._pidfd, self._ended = pid, ctl, None, False
         try:
             self._pidfd = os.pidfd_open(pid)
-        except OSError:  # it has ended already
-            self._pidfd = None
+        except ProcessLookupError:  # it has ended already
+            self._ended = True
+        except (AttributeError, OSError):  # no pid file descriptors here
+            pass
 
     def alive(self):
-        return self._pidfd is not None and not select.select([self._pidfd], [], [], 0)[0]
+        if self._ended:
+            return False
+        if self._pidfd is not None:
+            return not select.select([self._pidfd], [], [], 0)[0]
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
     def wait(self, timeout):
         """Wait up to ``timeout`` seconds for the server to end (it ends at its control socket's end); then kill it."""
-        if self._pidfd is None:
-            return
-        if not select.select([self._pidfd], [], [], timeout)[0]:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            select.select([self._pidfd], [], [], timeout)
-        os.close(self._pidfd)
-        self._pidfd = None
+        if self._pidfd is not None:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                select.select([self._pidfd], [], [], timeout)
+            os.close(self._pidfd)
+            self._pidfd = None
+        else:
+            deadline = time.monotonic() + timeout
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if self.alive():
+                os.kill(self.pid, signal.SIGKILL)
+        self._ended = True
 
 
 class _Forks:
