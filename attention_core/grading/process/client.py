@@ -1,10 +1,10 @@
 """The grader's side of the worker: start the server, open submissions, call their functions.
 
-A ``Worker`` has a server forked for it (``forks.py``: by ``worker.py``, started once in a fresh interpreter,
-``-I -S``, with only the folders torch is installed in added to its path) and keeps one control socket to it. ``Worker.open`` passes the
-server one end of a new socket pair and the write end of a new output pipe; the server forks a
-child, which builds its sandbox, imports the submission once the grader says so (``wire.GO``)
-and then talks to the grader directly on that socket. Every
+A ``Worker`` has a server forked for it (``forks.py``: by ``worker.py``, started once in a fresh
+interpreter, ``-I -S``, with only the folders torch is installed in added to its path) and keeps one
+control socket to it. ``Worker.open`` passes the server one end of a new socket pair and the write
+end of a new output pipe; the server forks a child, which builds its sandbox, imports the submission
+once the grader says so (``wire.GO``) and then talks to the grader directly on that socket. Every
 reply is checked against the wire format and a size cap; nothing is unpickled. The child's
 stdout and stderr come through the pipe, which the grader drains while it waits, keeping only the
 first ``output_limit`` bytes.
