@@ -101,15 +101,25 @@ cases:
 """
 
 
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A project with one case file whose snapshots pytest has written (once for the module)."""
+    root = tmp_path_factory.mktemp("made")
+    (root / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "test_cases.py", root / "tests" / "test_cases.py")
+    shutil.copy(ROOT / "conftest.py", root / "conftest.py")
+    (root / "cases").mkdir()
+    (root / "cases" / "demo.yaml").write_text(CASE, encoding="utf-8")
+    code, out = _pytest(root, "--snapshot-update")
+    assert code == 0, out
+    return root
+
+
 @pytest.fixture
-def project(tmp_path):
-    (tmp_path / "tests").mkdir()
-    shutil.copy(ROOT / "tests" / "test_cases.py", tmp_path / "tests" / "test_cases.py")
-    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "demo.yaml").write_text(CASE, encoding="utf-8")
-    _pytest(tmp_path, "--snapshot-update")
-    return tmp_path
+def project(made, tmp_path):
+    """A copy of that project of the test's own."""
+    shutil.copytree(made, tmp_path / "project", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path / "project"
 
 
 def _pytest(root, *args):
