@@ -328,6 +328,8 @@ class _Graders:
             _, self.plan, error = _next_done(self.done, self.processes)
             if error is not None:
                 raise RuntimeError(f"a grader process failed:\n{error}")
+            if not self.plan.problem:
+                forks.start()
         except BaseException:
             self._close(finished=False)
             raise
@@ -338,6 +340,8 @@ class _Graders:
 
     def _start(self, first, planner=False):
         channel = forks.channel()  # its worker servers forked from the batch's one forking process
+        if not planner:
+            forks.start()  # (for the planner: once its plan says there is something to grade)
         process = self.context.Process(
             target=_grader_entry,
             args=(

@@ -99,6 +99,8 @@ class _Forks:
         self._lock = threading.Lock()
         self._process = self._sock = self._key = None
         self._owner = 0  # the pid whose socket this is (a forked copy of this process starts its own)
+        self._forked = False  # whether the process it started has forked a server (for any process)
+        self._pending = []  # the far ends of channels made before it was started
 
     def _ready(self):
         key = (tuple(sorted(environment().items())), tuple(site_dirs()))
@@ -116,6 +118,7 @@ class _Forks:
                 try:
                     socket.send_fds(self._sock, [b"s"], [theirs.fileno()])
                     pid = int.from_bytes(_received(self._sock, 8), "big")
+                    self._forked = True
                 except OSError as err:
                     ours.close()
                     self._close()  # (a channel whose process has gone: this process starts its own)
@@ -129,15 +132,28 @@ class _Forks:
         raise AssertionError  # (unreachable)
 
     def channel(self):
-        """A channel of its own to the forking process, for another process to :func:`adopt`."""
+        """A channel of its own to the forking process, for another process to :func:`adopt`. It reaches the
+        forking process at once where that runs already, else at :func:`start` (what is asked on it waits)."""
+        with self._lock:
+            ours, theirs = socket.socketpair()
+            self._pending.append(theirs)
+            if self._sock is not None and self._owner == os.getpid():
+                self._send_pending()
+            return ours
+
+    def start(self):
+        """Start the forking process (where it does not run) and send it the channels made for it."""
         with self._lock:
             self._ready()
-            ours, theirs = socket.socketpair()
+            self._send_pending()
+
+    def _send_pending(self):
+        while self._pending:
+            theirs = self._pending.pop(0)
             try:
                 socket.send_fds(self._sock, [b"c"], [theirs.fileno()])
             finally:
                 theirs.close()
-            return ours
 
     def adopt(self, sock):
         """Use ``sock`` (a :func:`channel` made by another process) for this process's servers."""
@@ -163,16 +179,20 @@ class _Forks:
         if self._sock is not None:
             self._sock.close()  # the forking process ends when its last channel ends
         if self._process is not None and self._owner == os.getpid():
+            if not self._forked:  # it forked no server for this process, whose channels' holders have ended (a
+                self._process.kill()  # batch's grader processes): nothing of it is needed; it may be importing torch
             try:
                 self._process.wait(timeout=10)  # (other processes' channels closed first: see the batch)
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
         self._process = self._sock = self._key = None
-        self._owner = 0
+        self._owner, self._forked = 0, False
 
     def close(self):
         with self._lock:
+            while self._pending:  # (never sent: their holders find no one at the other end)
+                self._pending.pop().close()
             self._close()
 
 
@@ -188,4 +208,4 @@ def _received(sock, size):
 
 _FORKS = _Forks()
 atexit.register(_FORKS.close)
-server, channel, adopt, close = _FORKS.server, _FORKS.channel, _FORKS.adopt, _FORKS.close
+server, channel, start, adopt, close = _FORKS.server, _FORKS.channel, _FORKS.start, _FORKS.adopt, _FORKS.close
