@@ -103,9 +103,11 @@ class _Forks:
         self._pending = []  # the far ends of channels made before it was started
 
     def _ready(self):
+        """Start a forking process where this one has none running (none yet, a forked copy's, one ended, or one
+        started with another environment); a channel adopted from another process is kept."""
         key = (tuple(sorted(environment().items())), tuple(site_dirs()))
-        own = self._process is None or self._process.poll() is None
-        if self._owner != os.getpid() or not own or (self._process is not None and self._key != key):
+        running = self._process is None or self._process.poll() is None  # (None: an adopted channel's)
+        if self._owner != os.getpid() or not running or (self._process is not None and self._key != key):
             self._close()
             self._start(key)
 
