@@ -59,9 +59,12 @@ class Grader(BackwardChecks, PropertyGrades):
     folder of case files for it. A time limit or gradient points given here win over the assignment's.
     """
 
-    def __init__(self, cases=None, *, assignment=None, options: GradingOptions | None = None, entry=None, **given):
+    def __init__(
+        self, cases=None, *, assignment=None, options: GradingOptions | None = None, entry=None, items=None, **given
+    ):
         """``options`` (or its fields given one by one: ``call_timeout=2``) over the assignment's settings;
-        ``entry``: the file a folder submission is imported from (default: the one ``folders.read`` finds)."""
+        ``entry``: the file a folder submission is imported from (default: the one ``folders.read`` finds);
+        ``items``: the assignment's case files as already read (``runner.collect``), not read again."""
         self.entry = entry
         self.assignment = assignment = assignments.resolve(assignment, cases)
         if options is not None and given:
@@ -69,7 +72,8 @@ class Grader(BackwardChecks, PropertyGrades):
         self.options = (options or GradingOptions(**given)).over(assignment.settings)
         folder = Path(assignment.cases)
         self._locations = runner.locations_relative_to(folder.resolve().parent)  # not the grader's own folders
-        self.items = [i for i in runner.collect(folder, assignment) if i.error is not None or i.check.kind == "call"]
+        read = runner.collect(folder, assignment) if items is None else items
+        self.items = [i for i in read if i.error is not None or i.check.kind == "call"]
         self._probes = None  # the assignment's properties (made on first use: the reference is run for them)
         self.preparation = runner.Preparation()  # inputs and arguments, made once for the whole batch
         # The mutant library names mistakes of the built-in spec's functions; mistakes made from the reference

@@ -315,13 +315,13 @@ class _Graders:
         self.here = "torch" in sys.modules
         self.context = multiprocessing.get_context("spawn")
         self.tasks, self.done = self.context.Queue(), self.context.Queue()
-        self.processes, self.closed, self.plan, self.chosen = [], False, None, None
+        self.processes, self.closed, self.plan, self.chosen, self.items = [], False, None, None, None
 
     def __enter__(self):
         if self.here:
             from attention_core.grading.outputs import graders  # noqa: PLC0415 (torch is loaded here already)
 
-            self.plan, self.chosen = graders.plan(self.assignment, self.cases, self.options, self.entry)
+            self.plan, self.chosen, self.items = graders.plan(self.assignment, self.cases, self.options, self.entry)
             return self
         try:
             self._start(None, planner=True)
@@ -370,7 +370,9 @@ class _Graders:
             if todo:
                 from attention_core.grading.outputs import graders  # noqa: PLC0415
 
-                graders.grade_here(self.chosen, self.options, self.entry, todo, self.out, finished, progress)
+                graders.grade_here(
+                    self.chosen, self.items, self.options, self.entry, todo, self.out, finished, progress
+                )
             return
         # Each process is given its first submission (one reading ahead must not take the next process's
         # first: the planner takes its own first from the queue, where nothing else reads yet), then they share

@@ -26,25 +26,28 @@ from attention_core.report.html import submission_page
 
 
 def plan(assignment, cases, options, entry):
-    """(the Plan of ``assignment`` with ``cases``, and the Assignment it read, or None where it cannot be read)."""
+    """(the Plan of ``assignment`` with ``cases``, the Assignment it read and its checks as read (its case files'
+    items), or None and None where it cannot be read)."""
     try:
         chosen = resolve(assignment, cases)
     except ValueError as err:  # an AssignmentError or SettingsError: the folder, its reference or its settings
-        return Plan(problem=str(err)), None
+        return Plan(problem=str(err)), None, None
     if not chosen.cases.is_dir():
-        return Plan(problem=f"--cases {chosen.cases}: no such folder"), None
-    problem, broken = nothing_graded(chosen)
-    settings = {**options.as_dict(), "assignment": str(assignment), "cases": str(cases), "entry": entry}
-    return Plan(
-        tuple(chosen.names), problem or "", tuple(broken), records.batch_key(chosen, settings), chosen.name
-    ), chosen
-
-
-def nothing_graded(chosen):
-    """(why no submission could score anything against the Assignment ``chosen``, or None; the case errors,
-    as ``location: message``). Nothing to grade: no case file, no graded check that
-    loads (each names a function the reference does not define...), or a setting that names no check."""
+        return Plan(problem=f"--cases {chosen.cases}: no such folder"), None, None
     items = runner.collect(chosen.cases, chosen)
+    problem, broken = nothing_graded(chosen, items)
+    settings = {**options.as_dict(), "assignment": str(assignment), "cases": str(cases), "entry": entry}
+    return (
+        Plan(tuple(chosen.names), problem or "", tuple(broken), records.batch_key(chosen, settings), chosen.name),
+        chosen,
+        items,
+    )
+
+
+def nothing_graded(chosen, items):
+    """(why no submission could score anything against the Assignment ``chosen`` whose case files hold ``items``,
+    or None; the case errors, as ``location: message``). Nothing to grade: no case file, no graded check that
+    loads (each names a function the reference does not define...), or a setting that names no check."""
     graded = [i for i in items if i.error is None and i.check.kind == "call"]
     errors = [i for i in items if i.error is not None]
     broken = [f"{i.location}: {i.error.message}" for i in errors]
@@ -63,10 +66,10 @@ def nothing_graded(chosen):
     ), broken
 
 
-def grade_here(chosen, options, entry, todo, out, finished, progress):
-    """Grade ``todo`` ((path, id) pairs) in this process against the Assignment ``chosen``, handing each
-    one's Scores to ``finished`` and calling ``progress`` after it."""
-    with Grader(assignment=chosen, options=options, entry=entry) as grader:
+def grade_here(chosen, items, options, entry, todo, out, finished, progress):
+    """Grade ``todo`` ((path, id) pairs) in this process against the Assignment ``chosen`` (its checks read:
+    ``items``), handing each one's Scores to ``finished`` and calling ``progress`` after it."""
+    with Grader(assignment=chosen, options=options, entry=entry, items=items) as grader:
         _freeze()  # this may be the caller's own process: undone below, and malloc left alone
         try:
             for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
@@ -96,12 +99,12 @@ def grader_process(assignment, cases, options, entry, out, planner, first, tasks
             task = tasks.get()
 
     try:
-        read, chosen = plan(assignment, cases, options, entry)
+        read, chosen, items = plan(assignment, cases, options, entry)
         if planner:
             done.put(("plan", read, None))
         if chosen is None or read.problem:
             return
-        with Grader(assignment=chosen, options=options, entry=entry) as grader:
+        with Grader(assignment=chosen, options=options, entry=entry, items=items) as grader:
             trim = _settled()
             for graded in grader.grade_each(paths()):
                 index, _, name = taken.popleft()
