@@ -10,8 +10,10 @@ import dataclasses
 from attention_core.harness.text import first_given
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GradingOptions:
+    """One run's options: frozen, given by name."""
+
     call_timeout: float | None = None  # CPU seconds one call may take
     budget: float | None = None  # CPU seconds one submission may take in all
     gradient_points: float | None = None  # points of each backward check; 0: none
@@ -20,7 +22,7 @@ class GradingOptions:
     def over(self, settings) -> "GradingOptions":
         """Every option decided: the one given here, else the assignment's ``settings``."""
         return GradingOptions(
-            *(first_given(getattr(self, f.name), getattr(settings, f.name)) for f in dataclasses.fields(self))
+            **{f.name: first_given(getattr(self, f.name), getattr(settings, f.name)) for f in dataclasses.fields(self)}
         )
 
     def as_dict(self) -> dict:
