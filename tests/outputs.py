@@ -10,6 +10,10 @@ from pathlib import Path
 
 from attention_core.cli import main
 
+HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
+# A batch against the head example with its properties worth nothing: its scores are its checks' alone.
+HEAD_GRADE = ("grade", "--assignment", str(HEAD), "--property-points", "0")
+
 
 def folder(out, name):
     """The one folder of ``out/submissions`` for the submission whose id ends in ``name``."""
@@ -51,3 +55,8 @@ def command(*args, cwd=None):
     return subprocess.CompletedProcess(
         [sys.executable, "-m", "attention_core", *argv], code, out.getvalue(), err.getvalue()
     )
+
+
+def grade_head(*args, cwd=None):
+    """``python -m attention_core grade`` against the head example, properties worth 0, run in this process."""
+    return command(*HEAD_GRADE, *args, cwd=cwd)

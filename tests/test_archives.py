@@ -4,16 +4,14 @@ bound, or with an entry that escapes its folder, is refused whole with its reaso
 import json
 import stat
 import zipfile
-from pathlib import Path
 
 import nbformat
 import pytest
 
 from attention_core.grading.intake import archives
 from tests import attacks
-from tests.outputs import command, folder, last_part
+from tests.outputs import HEAD, folder, grade_head, last_part
 
-HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
 CORRECT = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
 
 
@@ -93,12 +91,7 @@ def test_a_batch_of_zips_grades_the_good_ones_and_refuses_the_hostile_with_rows_
     with zipfile.ZipFile(subs / "mallory.zip", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("attention.py", b"#" * (archives.MAX_BYTES + 1))
     out = tmp_path / "out"
-    run = command(
-        "grade",
-        "--assignment",
-        str(HEAD),
-        "--property-points",
-        "0",
+    run = grade_head(
         *map(str, sorted(subs.iterdir())),
         "--out",
         str(out),

@@ -18,7 +18,7 @@ from attention_core.harness.checking import tolerance
 from attention_core.harness.checking.devices import covered
 from attention_core.harness.languages.tensor_text import parse_tensor
 from attention_core.harness.plugin import snapshot
-from tests.outputs import command, folder
+from tests.outputs import command, folder, grade_head
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -184,12 +184,7 @@ def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_pat
 def test_output_that_is_not_a_terminal_carries_no_carriage_return_nor_escape_code(tmp_path):
     for name in ("a", "b", "c"):
         shutil.copy(CORRECT, tmp_path / f"{name}.py")
-    run = command(
-        "grade",
-        "--assignment",
-        str(HEAD),
-        "--property-points",
-        "0",
+    run = grade_head(
         *sorted(map(str, tmp_path.glob("*.py"))),
         "--out",
         str(tmp_path / "out"),

@@ -2,16 +2,13 @@
 every other (a late student drops nobody)."""
 
 import csv
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from attention_core.grading.intake import ids
 from attention_core.grading.outputs.gradebook import write_gradebook
-from tests.outputs import command
-
-HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
+from tests.outputs import HEAD, grade_head
 
 
 def _graded(name, **scores):
@@ -53,12 +50,7 @@ def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):
 def test_a_late_student_graded_into_the_same_folder_leaves_the_other_rows(tmp_path):
     out = tmp_path / "out"
     for submission in ("correct.py", "unscaled.py"):
-        run = command(
-            "grade",
-            "--assignment",
-            str(HEAD),
-            "--property-points",
-            "0",
+        run = grade_head(
             str(HEAD / "submissions" / submission),
             "--out",
             str(out),
@@ -149,12 +141,7 @@ def test_grading_again_skips_unchanged_submissions_and_grades_a_changed_one(tmp_
         (subs / name).write_bytes((HEAD / "submissions" / name).read_bytes())
 
     def grade(*extra):
-        run = command(
-            "grade",
-            "--assignment",
-            str(HEAD),
-            "--property-points",
-            "0",
+        run = grade_head(
             str(subs / "correct.py"),
             str(subs / "unscaled.py"),
             "--out",
@@ -182,12 +169,7 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
         (tmp_path / student).mkdir()
         (tmp_path / student / "attention.py").write_bytes((HEAD / "submissions" / "correct.py").read_bytes())
     for student in ("alice", "carol", "alice"):
-        run = command(
-            "grade",
-            "--assignment",
-            str(HEAD),
-            "--property-points",
-            "0",
+        run = grade_head(
             f"{student}/attention.py",
             "--out",
             "out",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.outputs import last_part
+from tests.outputs import HEAD_GRADE, last_part
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -66,11 +66,7 @@ def test_a_batch_stopped_with_sigint_keeps_what_it_finished_leaves_nothing_runni
         sys.executable,
         "-m",
         "attention_core",
-        "grade",
-        "--assignment",
-        str(HEAD),
-        "--property-points",
-        "0",
+        *HEAD_GRADE,
         *map(str, sorted(subs.iterdir())),
         "--out",
         str(out),
@@ -112,11 +108,7 @@ def test_a_batch_stopped_with_sigterm_with_two_grader_processes_stops_too(tmp_pa
         sys.executable,
         "-m",
         "attention_core",
-        "grade",
-        "--assignment",
-        str(HEAD),
-        "--property-points",
-        "0",
+        *HEAD_GRADE,
         *map(str, sorted(subs.iterdir())),
         "--out",
         str(out),
@@ -196,9 +188,8 @@ _UNGUARDED = (
 def test_sigterm_ends_a_batch_within_two_seconds_while_a_thread_is_blocked_on_a_fifo(tmp_path):
     subs, out = _made(tmp_path, correct=("a_correct.py", "c_correct.py"), fifos=("b_mallory.zip",))
     (tmp_path / "unguarded.py").write_text(_UNGUARDED)
-    command = [sys.executable, str(tmp_path / "unguarded.py"), "grade", "--assignment", str(HEAD), "--property-points"]
-    command += ["0"]
-    command += [*map(str, sorted(subs.iterdir())), "--out", str(out)]
+    command = [sys.executable, str(tmp_path / "unguarded.py"), *HEAD_GRADE, *map(str, sorted(subs.iterdir()))]
+    command += ["--out", str(out)]
     batch = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -225,7 +216,7 @@ def test_a_fifo_a_socket_and_a_folder_holding_a_fifo_are_each_their_own_zero_row
     server.bind(str(subs / "sock.py"))
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "attention_core", "grade", "--assignment", str(HEAD), "--property-points", "0"]
+            [sys.executable, "-m", "attention_core", *HEAD_GRADE]
             + [str(subs / n) for n in ("alice.py", "mallory.zip", "eve.py", "dirsub", "sock.py")]
             + ["--out", str(out)],
             cwd=ROOT,

@@ -90,6 +90,22 @@ def test_a_file_that_is_no_roster_is_refused_with_one_line_before_anything_is_gr
     assert not (tmp_path / "out" / "s").exists()
 
 
+def _graded_with_roster(tmp_path, roster):
+    """``grade`` of every file of ``tmp_path/subs`` (named from ``tmp_path``) into ``tmp_path/out`` with ``roster``."""
+    subs = sorted((tmp_path / "subs").iterdir())
+    return command(
+        "grade",
+        "--assignment",
+        HEAD,
+        *(f"subs/{p.name}" for p in subs),
+        "--out",
+        tmp_path / "out",
+        "--roster",
+        roster,
+        cwd=tmp_path,
+    )
+
+
 @pytest.mark.grading
 def test_a_canvas_batch_gets_a_roster_with_who_did_not_submit_and_the_grades_in_canvas_s_import_format(tmp_path):
     subs = tmp_path / "subs"
@@ -98,17 +114,7 @@ def test_a_canvas_batch_gets_a_roster_with_who_did_not_submit_and_the_grades_in_
     (subs / "doejohn_late_12346_778_attention.py").write_text(UNSCALED)
     (subs / "stranger.py").write_text(CORRECT)
     out = tmp_path / "out"
-    run = command(
-        "grade",
-        "--assignment",
-        str(HEAD),
-        *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
-        "--out",
-        str(out),
-        "--roster",
-        str(SAMPLES / "canvas_gradebook.csv"),
-        cwd=tmp_path,
-    )
+    run = _graded_with_roster(tmp_path, SAMPLES / "canvas_gradebook.csv")
     assert run.returncode == 0, run.stderr
     table = _rows(out / "roster.csv")
     assert table[0] == ["student_id", "name", "submission", "score", "max_score", "status"]
@@ -146,17 +152,7 @@ def test_a_moodle_batch_gathers_a_student_s_files_and_fills_the_grading_workshee
     )
     (subs / "John Doe_302_assignsubmission_file_attention.py").write_text(UNSCALED)
     out = tmp_path / "out"
-    run = command(
-        "grade",
-        "--assignment",
-        str(HEAD),
-        *(f"subs/{p.name}" for p in sorted(subs.iterdir())),
-        "--out",
-        str(out),
-        "--roster",
-        str(SAMPLES / "moodle_worksheet.csv"),
-        cwd=tmp_path,
-    )
+    run = _graded_with_roster(tmp_path, SAMPLES / "moodle_worksheet.csv")
     assert run.returncode == 0, run.stderr
     table = {row[0]: row for row in _rows(out / "roster.csv")[1:]}
     assert table["301"][5] == "graded" and table["301"][3] == table["301"][4]  # two files, one submission, full

@@ -338,7 +338,7 @@ def fork_servers(forks, wire, sandbox):
                 if pid == 0:
                     for each in channels:  # a server (and its children) holds no way to ask for more servers
                         each.close()
-                    server(fds[0], wire, sandbox)
+                    forked_server(fds[0], wire, sandbox)
                 os.close(fds[0])
                 try:
                     channel.sendall(pid.to_bytes(8, "big"))
@@ -352,7 +352,7 @@ def fork_servers(forks, wire, sandbox):
                 channel.close()
 
 
-def server(fd, wire, sandbox):
+def forked_server(fd, wire, sandbox):
     """A server just forked: serve the control socket ``fd``, then exit."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     global SERVER
