@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from attention_core.cli import main
 
-HEAD = Path(__file__).resolve().parent.parent / "examples" / "head"
+TESTS = Path(__file__).resolve().parent
+HEAD = TESTS.parent / "examples" / "head"
 # A batch against the head example with its properties worth nothing: its scores are its checks' alone.
 HEAD_GRADE = ("grade", "--assignment", str(HEAD), "--property-points", "0")
 
@@ -60,3 +63,38 @@ def command(*args, cwd=None):
 def grade_head(*args, cwd=None):
     """``python -m attention_core grade`` against the head example, properties worth 0, run in this process."""
     return command(*HEAD_GRADE, *args, cwd=cwd)
+
+
+def pytest_here(*args, cwd, env=None):
+    """``python -m pytest ARGS`` run in ``cwd`` in this process (pytest's own ``main()``, the plugin found by its
+    entry point as in a new process, without an interpreter and torch to start): a CompletedProcess with the exit
+    code and what it printed; ``env``: variables set for it. pytest imports test modules and conftest files outside a package by their plain names:
+    this session's own are set aside while the run goes, and those it imported from ``cwd`` are dropped after it (what
+    else it imported stays imported: a package's modules, and torch's extensions, are imported once)."""
+    path, here, environ = list(sys.path), os.getcwd(), dict(os.environ)
+    aside = {name: sys.modules.pop(name) for name in [n for n, m in sys.modules.items() if _ours(n, m, TESTS)]}
+    before = set(sys.modules)
+    out, err, argv = io.StringIO(), io.StringIO(), [str(a) for a in args]
+    try:
+        for name in [n for n in os.environ if n.startswith("PYTEST_")]:  # (this session's: an xdist worker's id,
+            del os.environ[name]  # which syrupy reads, its options, its current test)
+        os.environ.update(env or {})
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = int(pytest.main(argv))
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)  # (the run set and removed its own PYTEST_CURRENT_TEST)
+        sys.path[:] = path
+        for name in [n for n, m in sys.modules.items() if n not in before and _ours(n, m, Path(cwd).resolve())]:
+            if "." not in name:  # (a plain name, as pytest imports a test module or conftest outside a package)
+                del sys.modules[name]
+        sys.modules.update(aside)
+    return subprocess.CompletedProcess([sys.executable, "-m", "pytest", *argv], code, out.getvalue(), err.getvalue())
+
+
+def _ours(name, module, folder):
+    """Whether a module is a conftest or one imported from ``folder``."""
+    file = getattr(module, "__file__", None)
+    return name == "conftest" or (file is not None and Path(file).resolve().is_relative_to(folder))

@@ -7,8 +7,6 @@ book's printed output after its ``torch.manual_seed``), graded from the command 
 
 import json
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from attention_core import instances
 from attention_core.harness.checking import runner
 from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.settings import SettingsError, read_settings
-from tests.outputs import command, folder, last_part
+from tests.outputs import command, folder, last_part, pytest_here
 
 pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
 
@@ -38,13 +36,7 @@ def _scores(run):
 
 
 def pytest_run(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
+    return pytest_here("-q", "-p", "no:cacheprovider", *args, cwd=cwd)
 
 
 # ---------------------------------------------------------------- the spec read from the reference

@@ -1,8 +1,6 @@
 """Case files: the format's forms load, and every malformed file or case fails alone, naming its line."""
 
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from attention_core.harness.checking import runner
 from attention_core.harness.reading import model
 from attention_core.harness.reading.cases import load_file
 from attention_core.harness.reading.fields import FieldError, literal
+from tests.outputs import pytest_here
 
 GOOD = """\
 document: {title: A test document}
@@ -318,26 +317,17 @@ def test_pytest_reports_a_malformed_file_as_one_failing_item_with_file_and_line(
     folder.mkdir()
     _write(folder, GOOD, "a_good.yaml")
     _write(folder, GOOD.replace("[6., 8.]", "[6.]"), "b_ragged.yaml")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--cases",
-            "cases",
-            "--device",
-            "cpu",
-            "--snapshot-update",
-        ],
-        capture_output=True,
-        text=True,
+    run = pytest_here(
+        "tests",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--cases",
+        "cases",
+        "--device",
+        "cpu",
+        "--snapshot-update",
         cwd=tmp_path,
-        timeout=120,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
     )
     assert "1 failed, 1 passed" in run.stdout, run.stdout
     assert "b_ragged/good/invalid" in run.stdout

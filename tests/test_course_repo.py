@@ -1,15 +1,14 @@
 """A course's own repository, with a folder named ``cases`` at its root, checked from the project: the
 project's snapshots are the project's alone, told by the folder's identity, never by its name."""
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+from tests.outputs import pytest_here
+
+pytestmark = pytest.mark.slow  # pytest runs pytest: the quick loop leaves this module out
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = ROOT / "tests" / "__snapshots__"
@@ -26,13 +25,7 @@ def test_a_course_folder_named_cases_is_checked_without_the_projects_snapshots_a
     shutil.copy(ROOT / "cases" / "001_self_attention.yaml", course / "cases")
     before = _snapshots()
     for extra in ([], ["--snapshot-update"]):
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "--cases", str(course / "cases"), "-m", "case", "-q", *extra],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=300,
-        )
+        run = pytest_here("--cases", course / "cases", "-m", "case", "-q", *extra, cwd=ROOT)
         if extra:
             assert run.returncode != 0 and "refusing to rewrite them" in run.stdout + run.stderr
         else:
@@ -43,21 +36,8 @@ def test_a_course_folder_named_cases_is_checked_without_the_projects_snapshots_a
 
 def test_checking_a_submission_with_junitxml_warns_of_nothing_and_advises_no_snapshot_update(tmp_path):
     report = tmp_path / "junit.xml"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            f"--impl={ROOT / 'attention_core' / 'reference.py'}",
-            f"--junitxml={report}",
-            "-m",
-            "case",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
+    run = pytest_here(
+        f"--impl={ROOT / 'attention_core' / 'reference.py'}", f"--junitxml={report}", "-m", "case", "-q", cwd=ROOT
     )
     assert run.returncode == 0, run.stdout[-2000:]
     assert "warning" not in run.stdout.lower() and "snapshot" not in run.stdout.lower(), run.stdout[-2000:]
@@ -73,25 +53,8 @@ def test_thousands_of_failing_cases_print_a_bounded_report(tmp_path):
         for i in range(400)
     )
     (cases / "f.yaml").write_text("document: {title: T}\ncases:\n" + body)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            f"--cases={cases}",
-            "-m",
-            "case",
-            "-q",
-            "-p",
-            "no:randomly",
-            "--device",
-            "cpu",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "120"},
+    run = pytest_here(
+        f"--cases={cases}", "-m", "case", "-q", "-p", "no:randomly", "--device", "cpu", cwd=ROOT, env={"COLUMNS": "120"}
     )  # the summary's lines are as wide as the terminal
     assert "400 failed" in run.stdout
     reports = run.stdout.split("short test summary info")[0]  # (the summary's lines may quote a report's start)

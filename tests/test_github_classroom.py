@@ -1,17 +1,18 @@
 """GitHub Classroom's files in a students' kit, and the self-check's points line, run as a student's repository
 runs them.
 
-One kit of the Llama-style assignment (five case files) is written once; each workflow step's command runs in it as
-a subprocess, as GitHub's command grader runs it, for a correct file and a partial one (RMSNorm and grouped-query
-attention only). Expected points come from the grader's own table of what each check is worth.
+One kit of the Llama-style assignment (five case files) is written once; each workflow step's command runs in it for
+a correct file and a partial one (RMSNorm and grouped-query attention only): one step as GitHub's command grader runs
+it (a shell, a new process), the others as the same pytest arguments in the test's own process. Expected points come
+from the grader's own table of what each check is worth.
 """
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import yaml
 from attention_core.grading.judging.grader import Grader
 from attention_core.harness.reading import assignment as assignments
 from attention_core.kit import write_kit
+from tests.outputs import pytest_here
 
 LLAMA = Path(__file__).resolve().parent / "assignments" / "llama"
 CORRECT = LLAMA / "submissions" / "correct_einsum.py"
@@ -60,6 +62,13 @@ def _run(command, cwd):
     return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _here(command, cwd):
+    """A step's ``python -m pytest ARGS`` command run in this process: the same arguments, the same folder."""
+    words = shlex.split(command)
+    assert words[:3] == ["python", "-m", "pytest"], command
+    return pytest_here(*words[3:], cwd=cwd)
+
+
 def test_the_workflow_grades_each_case_file_for_its_visible_points(kit, visible):
     tree, steps = _steps(kit)
     assert set(tree["on"]) >= {"push", "repository_dispatch"} and tree["permissions"]["checks"] == "write"
@@ -94,9 +103,10 @@ def test_each_step_passes_for_a_correct_file_and_fails_where_a_partial_one_does(
         repository = tmp_path / student.stem  # a student's repository: the kit's files and theirs
         shutil.copytree(kit, repository)
         shutil.copy(student, repository / "attention_student.py")
-        with ThreadPoolExecutor(2) as pool:
-            runs = pool.map(_run, [s["with"]["command"] for s in graders.values()], [repository] * len(graders))
-            outcomes[student] = {name: run.returncode for name, run in zip(graders, runs)}
+        outcomes[student] = {
+            name: (_run if (student, i) == (CORRECT, 0) else _here)(step["with"]["command"], repository).returncode
+            for i, (name, step) in enumerate(graders.items())
+        }
     assert outcomes[CORRECT] == dict.fromkeys(graders, 0), outcomes[CORRECT]
     assert outcomes[PARTIAL] == {
         "cases/block.yaml": 1,
@@ -112,7 +122,7 @@ def test_each_step_passes_for_a_correct_file_and_fails_where_a_partial_one_does(
 @pytest.mark.grading
 def test_the_self_check_ends_with_the_points_the_grader_gives_each_visible_check(kit, visible, tmp_path):
     written = tmp_path / "points.json"
-    run = _run(f"python -m pytest -p no:cacheprovider --assignment . --impl {PARTIAL} --points-json {written}", kit)
+    run = _here(f"python -m pytest -p no:cacheprovider --assignment . --impl {PARTIAL} --points-json {written}", kit)
     assert run.returncode == 1, run.stdout[-2000:]
     lines = run.stdout.strip().splitlines()
     passed = {c: p for c, p in visible.items() if c.startswith(("rmsnorm/", "gqa/"))}

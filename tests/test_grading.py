@@ -25,7 +25,7 @@ from attention_core.grading.judging.grader import Grader
 from attention_core.grading.naming import mutants
 from attention_core.grading.platforms.template import template
 from attention_core.harness.checking import runner
-from tests.outputs import folder, last_part, report
+from tests.outputs import folder, last_part, pytest_here, report
 
 pytestmark = pytest.mark.grading
 
@@ -249,13 +249,7 @@ def test_the_template_declares_every_graded_function():
 
 
 def _pytest(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return pytest_here("-p", "no:cacheprovider", *args, cwd=cwd)
 
 
 def test_pytest_impl_checks_a_submission_and_records_points(tmp_path):

@@ -10,8 +10,9 @@ import torch
 
 from attention_core.harness.checking import tolerance
 from attention_core.harness.plugin.snapshot import FULL_LIMIT, TensorSnapshotExtension, parse, summary_guarantee
+from tests.outputs import pytest_here
 
-pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+pytestmark = pytest.mark.slow  # pytest runs pytest: the quick loop leaves this module out
 
 ROOT = Path(__file__).resolve().parent.parent
 EXT = TensorSnapshotExtension()
@@ -110,8 +111,8 @@ def made(tmp_path_factory):
     shutil.copy(ROOT / "conftest.py", root / "conftest.py")
     (root / "cases").mkdir()
     (root / "cases" / "demo.yaml").write_text(CASE, encoding="utf-8")
-    code, out = _pytest(root, "--snapshot-update")
-    assert code == 0, out
+    code, out = _pytest(root, "--snapshot-update", new_process=True)
+    assert code == 0 and "2 snapshots generated" in out, out
     return root
 
 
@@ -122,9 +123,15 @@ def project(made, tmp_path):
     return tmp_path / "project"
 
 
-def _pytest(root, *args):
+def _pytest(root, *args, new_process=False):
+    """pytest run on the project as its maintainer runs it; in this process unless ``new_process`` (the same
+    arguments and folder: tests/outputs.pytest_here)."""
+    argv = ["tests", "-q", "-p", "no:cacheprovider", "--cases", "cases", *args]
+    if not new_process:
+        run = pytest_here(*argv, cwd=root)
+        return run.returncode, run.stdout + run.stderr
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--cases", "cases", *args],
+        [sys.executable, "-m", "pytest", *argv],
         cwd=root,
         capture_output=True,
         text=True,
