@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.outputs import command as in_process
 from tests.outputs import folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,8 +55,6 @@ def _blocks(text, after):
 def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
     import json  # noqa: PLC0415
     import shlex  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     command, shown, excerpt = _blocks(readme, "## Grading, the main job")[:3]
@@ -65,7 +64,7 @@ def test_the_readme_s_grading_example_prints_what_the_readme_shows(tmp_path):
     words = [str(out) if w == "/tmp/graded" else w for w in words]
     paths = [str(p) for p in sorted((ROOT / "examples" / "head" / "submissions").glob("*.py"))]
     words = [w for w in words if "*" not in w] + paths  # the shell's glob
-    run = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = in_process(*words[3:], cwd=ROOT)  # (python -m attention_core's main(), in this process)
     assert run.returncode == 0, run.stderr
     assert run.stdout.replace(str(out), "/tmp/graded").strip() == shown.strip()
     output = json.loads((folder(out, "unscaled") / "results.json").read_text())["tests"]
@@ -95,16 +94,7 @@ def test_the_readme_s_worked_case_passes_as_written(tmp_path):
 
 
 def test_the_readme_s_table_has_the_columns_and_first_row_the_check_command_prints():
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    run = subprocess.run(
-        [sys.executable, "-m", "attention_core", "--device", "cpu"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = in_process("--device", "cpu", cwd=ROOT)
     printed = run.stdout.splitlines()
     shown = (ROOT / "README.md").read_text(encoding="utf-8").split("```\ndocument", 1)[1].splitlines()
     assert printed[0].split() == ["document", *shown[0].split()]

@@ -19,6 +19,7 @@ from attention_core.grading.judging.grader import Grader
 from attention_core.grading.platforms import autograder, prairielearn
 from attention_core.grading.platforms.template import FILE_NAME
 from attention_core.harness.reading import assignment as assignments
+from tests.outputs import command as in_process
 
 pytestmark = pytest.mark.grading
 
@@ -104,12 +105,13 @@ def questions(tmp_path_factory):
     """The built-in assignment's question, the llama one's (``--torch`` and ``--job-timeout`` given) and a Gradescope
     zip with ``--torch``: written at once."""
     folder = tmp_path_factory.mktemp("questions")
-    made = [
-        command("prairielearn", folder / "builtin"),
-        command("prairielearn", "--assignment", LLAMA, folder / "llama", "--torch", "2.5.1", "--job-timeout", 100),
-        command("gradescope-bundle", "--torch", "2.5.1", folder / "autograder.zip"),
-    ]
-    finished([subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in made])
+    for made in (
+        ("prairielearn", folder / "builtin"),
+        ("prairielearn", "--assignment", LLAMA, folder / "llama", "--torch", "2.5.1", "--job-timeout", 100),
+        ("gradescope-bundle", "--torch", "2.5.1", folder / "autograder.zip"),
+    ):
+        run = in_process(*made)  # (writing files: the command's process is not what is tested here)
+        assert run.returncode == 0, run.stderr
     return folder
 
 

@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+from tests.outputs import command, pytest_here
+
+pytestmark = pytest.mark.slow  # pytest and the command line run here: the quick loop leaves this module out
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNS = {"attention_core": command, "pytest": pytest_here}  # python -m NAME ARGS, run in this process
 STEP = re.compile(r"<!-- tutorial: (\w+)(?: (\S+))? -->\n(?:```\w*\n(.*?)^```\n)?", re.MULTILINE | re.DOTALL)
 
 
@@ -55,7 +58,6 @@ def test_the_tutorial_runs_as_written(tmp_path):
     (tmp_path / "tests" / "test_cases.py").write_text(
         (ROOT / "tests" / "test_cases.py").read_text(encoding="utf-8"), encoding="utf-8"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     said = ""
     for kind, path, block in steps():
         if kind in ("file", "edit"):
@@ -70,15 +72,17 @@ def test_the_tutorial_runs_as_written(tmp_path):
         else:
             for line in filter(None, block.splitlines()):
                 argv = shlex.split(line)
-                assert argv[0] == "python"
-                run = subprocess.run(
-                    [sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-                )
+                assert argv[:2] == ["python", "-m"] and argv[2] in RUNS, line
+                run = RUNS[argv[2]](*argv[3:], cwd=tmp_path)  # (the module's main() in this process)
                 assert run.returncode == 0, f"{line}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
                 said = run.stdout
     # The end of the tutorial: a clean lint and a passing check, its snapshot written.
     assert (tmp_path / "tests" / "__snapshots__" / "test_cases" / "softmax_demo.in_3.weights.txt").exists()
-    lint = subprocess.run(
-        [sys.executable, "-m", "attention_core", "lint", "cases"], cwd=tmp_path, env=env, capture_output=True, text=True
+    lint = subprocess.run(  # (one command in a process of its own, as an author runs it)
+        [sys.executable, "-m", "attention_core", "lint", "cases"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
     )
     assert (lint.returncode, lint.stdout) == (0, "0 errors, 0 warnings\n")
