@@ -58,7 +58,12 @@ def judged(item, values, *, device="cpu", preparation=None):
     return _guarded(item, None, device, preparation, judge=values)
 
 
-FILE_SECONDS = float(os.environ.get("ATTENTION_CORE_FILE_SECONDS", "4"))  # one case file's checks together (CPU)
+def file_seconds():
+    """The CPU seconds one case file's checks may take together: ATTENTION_CORE_FILE_SECONDS, else 4 (read when
+    used: a grader process forked from one started earlier reads its own environment)."""
+    return float(os.environ.get("ATTENTION_CORE_FILE_SECONDS", "4"))
+
+
 _SPENT: dict = {}  # a case file's path -> the seconds its checks have taken in this process
 
 
@@ -68,13 +73,14 @@ def _guarded(item, functions, device, preparation, judge):
     if functions is not None:  # an implementation's run (grading): its own time limits hold
         return _timed(item, functions, device, preparation, judge)
     path = str(item.file.path)  # the reference's: the case file's own cost
-    if _SPENT.get(path, 0.0) > FILE_SECONDS:
+    seconds = file_seconds()
+    if _SPENT.get(path, 0.0) > seconds:
         return Result(
             Status.CASE_ERROR,
             item.id,
             item.location,
             message=(
-                f"not run: the case file ran out of its time budget of {FILE_SECONDS:g} s (its checks together; "
+                f"not run: the case file ran out of its time budget of {seconds:g} s (its checks together; "
                 f"ATTENTION_CORE_FILE_SECONDS sets it)"
             ),
         )

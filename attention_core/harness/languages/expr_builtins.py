@@ -277,8 +277,12 @@ class Refused(Exception):
     """An operation refused before it runs: a limit, or a device move in ``to``."""
 
 
-# Seconds the evaluations sharing one budget may take (a case's inputs, a check's targets); settable.
-CASE_SECONDS = float(os.environ.get("ATTENTION_CORE_CASE_SECONDS", "2"))
+def case_seconds():
+    """Seconds the evaluations sharing one budget may take (a case's inputs, a check's targets):
+    ATTENTION_CORE_CASE_SECONDS, else 2 (read when a budget is made)."""
+    return float(os.environ.get("ATTENTION_CORE_CASE_SECONDS", "2"))
+
+
 MAX_MULTIPLY_ADDS = 2**31  # of one matrix product: about a second on one core
 
 
@@ -293,7 +297,7 @@ class Budget:
 
     limit: int
     spent: int = 0
-    seconds: float = CASE_SECONDS
+    seconds: float = field(default_factory=case_seconds)
     deadline: float = field(default=0.0)  # of the wall clock (time.monotonic)
     cpu_deadline: float = field(default=0.0)  # of this process's CPU time (time.process_time)
 
