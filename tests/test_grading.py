@@ -25,7 +25,7 @@ from attention_core.grading.judging.grader import Grader
 from attention_core.grading.naming import mutants
 from attention_core.grading.platforms.template import template
 from attention_core.harness.checking import runner
-from tests.outputs import folder, last_part, pytest_here, report
+from tests.outputs import HEAD, folder, grade_head, last_part, pytest_here, report
 
 pytestmark = pytest.mark.grading
 
@@ -231,6 +231,22 @@ def test_the_batch_command_grades_without_loading_torch_itself(tmp_path):
     assert run.stdout.splitlines()[-1] == "0 False", run.stdout + run.stderr
     results = json.loads((folder(tmp_path / "out", "alice") / "results.json").read_text(encoding="utf-8"))
     assert results["score"] == results["max_score"] > 0
+
+
+@pytest.mark.grading
+def test_a_batch_s_grader_processes_read_its_environment_as_it_is_when_it_starts(tmp_path, monkeypatch):
+    """Grader processes are forked from a fork server that outlives a batch in a caller's session (started with
+    the environment of its first batch): a setting made since then still reaches the next batch's graders."""
+    subs = [HEAD / "submissions" / "correct.py", HEAD / "submissions" / "unscaled.py"]
+    before = grade_head(*subs, "--out", tmp_path / "before", "--jobs", "2")  # (two grader processes)
+    monkeypatch.setenv("ATTENTION_CORE_CASE_SECONDS", "0.000001")  # no case's inputs can be made in that time
+    after = grade_head(*subs, "--out", tmp_path / "after", "--jobs", "2")
+    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
+    unscaled = [
+        json.loads((folder(tmp_path / out, "unscaled") / "results.json").read_text()) for out in ("before", "after")
+    ]
+    assert [t["extra_data"]["status"] for t in unscaled[0]["tests"]].count("case error") == 0
+    assert [t["extra_data"]["status"] for t in unscaled[1]["tests"]].count("case error") == 2
 
 
 def test_the_template_declares_every_graded_function():
