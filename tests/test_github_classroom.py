@@ -21,6 +21,7 @@ import yaml
 from attention_core.grading.judging.grader import Grader
 from attention_core.harness.reading import assignment as assignments
 from attention_core.kit import write_kit
+from tests.outputs import command as in_process
 from tests.outputs import pytest_here
 
 LLAMA = Path(__file__).resolve().parent / "assignments" / "llama"
@@ -33,12 +34,7 @@ REPORTER = "classroom-resources/autograding-grading-reporter@v1"
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory):
     folder = tmp_path_factory.mktemp("classroom") / "kit"
-    made = subprocess.run(
-        [sys.executable, "-m", "attention_core", "student-kit", "--github-classroom", "--assignment", LLAMA, folder],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    made = in_process("student-kit", "--github-classroom", "--assignment", LLAMA, folder)
     assert made.returncode == 0, made.stderr
     return folder
 

@@ -20,8 +20,8 @@ SLOW = "import time\ntime.sleep(0.7)  # a slow import: the batch takes a while\n
 
 
 def _processes_in_session(sid, wait=10.0):
-    """The processes of session ``sid`` still there after up to ``wait`` seconds (an ended one may take a
-    moment to be collected)."""
+    """The processes of session ``sid`` still running after up to ``wait`` seconds (one that has ended but is not
+    collected yet, a zombie whose parent ended before it, is not running: init collects it)."""
     deadline = time.monotonic() + wait
     while True:
         found = _session(sid)
@@ -35,7 +35,10 @@ def _session(sid):
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.getsid(int(entry.name)) == sid:
+                if (
+                    os.getsid(int(entry.name)) == sid
+                    and (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+                ):
                     found.append(int(entry.name))
             except OSError:
                 pass
