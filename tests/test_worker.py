@@ -477,14 +477,19 @@ def test_a_reply_over_what_its_call_can_need_fails_that_call_alone(submit):
         def causal_average(x):
             return x.cumsum(-2) / torch.arange(1, x.shape[-2] + 1)[:, None]
     """)
+    first = s.call("causal_average", (torch.ones(2, 3),), limit=64_000)
+    process = s.pid
     big = s.call("softmax", (torch.ones(3),), limit=64_000)
-    assert (
-        big.status == "crashed"
-        and big.message.startswith("the reply is ")
-        and "over the 64000 bytes this call can need" in big.message
+    assert (big.status, big.message) == (
+        "too large",
+        "results of 4000000 bytes, over the 64000 bytes this call can need: they were not sent",
     )
-    right = s.call("causal_average", (torch.ones(2, 3),), limit=64_000)  # the process replaced: the next call runs
-    assert right.status == "ok" and torch.equal(right.value, torch.ones(2, 3))
+    assert big.seconds < 1  # (nor its gradients computed: 4 MB of them)
+    big_grad = s.call_grad("softmax", (torch.ones(3, requires_grad=False),), projection_seed=1, limit=64_000)
+    assert big_grad.status == "too large"
+    right = s.call("causal_average", (torch.ones(2, 3) * 2,), limit=64_000)  # the same process goes on
+    assert first.status == right.status == "ok" and torch.equal(right.value, torch.ones(2, 3) * 2)
+    assert s.pid == process
 
 
 def test_the_time_budget_ends_calls_once_spent(submit):

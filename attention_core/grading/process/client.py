@@ -179,7 +179,7 @@ class Worker:
         """A call request's bytes; with ``reuse`` (the caller's name for these exact arguments), made once."""
         if reuse is None:
             return wire.encode(request, shared)
-        key = (reuse, request["name"], request["grad_seed"], str(request["keep"]), len(shared))
+        key = (reuse, request["name"], request["grad_seed"], str(request["keep"]), request.get("most"), len(shared))
         data = self._requests.get(key)
         if data is None:
             data = self._requests[key] = wire.encode(request, shared)

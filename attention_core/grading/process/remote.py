@@ -101,6 +101,8 @@ class RemoteFunctions:
             raise CallFailed(Status.NOT_IMPLEMENTED, f"`{name}` raised {outcome.message}", details)
         if outcome.status == replies.CRASHED:
             raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` crashed: {outcome.message}", details)
+        if outcome.status == replies.TOO_LARGE:
+            raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` returned {outcome.message}", details)
         raise CallFailed(Status.IMPLEMENTATION_ERROR, f"`{name}` raised {outcome.message}", details)
 
 

@@ -17,17 +17,19 @@ RAISED = "raised"
 NOT_IMPLEMENTED = "not implemented"
 TIMEOUT = "timeout"
 CRASHED = "crashed"
+TOO_LARGE = "too large"  # results over the bytes the call can need: not sent (the process goes on)
 IMPORT_ERROR = "import error"
 
-CHILD_STATUSES = (OK, RAISED, NOT_IMPLEMENTED, CRASHED)
+CHILD_STATUSES = (OK, RAISED, NOT_IMPLEMENTED, CRASHED, TOO_LARGE)
 
 
 @dataclass
 class CallOutcome:
     """What one call of a submission's function did.
 
-    ``status``: ok, raised, not implemented (NotImplementedError or no such function), timeout or
-    crashed (the process died or raised SystemExit/KeyboardInterrupt; it has been replaced).
+    ``status``: ok, raised, not implemented (NotImplementedError or no such function), timeout,
+    crashed (the process died or raised SystemExit/KeyboardInterrupt; it has been replaced) or too large (the
+    results were over the bytes the call can need: the process did not send them).
     ``traceback`` holds the lines inside the submission only. ``mutated`` and the keys of ``grads``
     label tensor arguments as they were passed: an int for a position, a str for a keyword.
     """

@@ -183,7 +183,7 @@ class Submission:
         self._next = None
         if self.status == OK and name in self.names and not self._closed:
             seed = None if projection_seed is None else int(projection_seed)
-            self._next = self._request_bytes(name, args, kwargs or {}, seed, keep, reuse)
+            self._next = self._request_bytes(name, args, kwargs or {}, seed, keep, reuse, limit)
             self._limits[self._next] = limit
 
     def close(self):
@@ -203,7 +203,7 @@ class Submission:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission did not import: {self.message}")
         if name not in self.names:
             return CallOutcome(NOT_IMPLEMENTED, message=f"the submission defines no function {name}")
-        data = self._request_bytes(name, args, kwargs, seed, keep, reuse)
+        data = self._request_bytes(name, args, kwargs, seed, keep, reuse, limit)
         self._limits[data] = limit
         if data in self._early:  # sent ahead, and read while another call was made: its time is spent already
             return self._early.pop(data)
@@ -238,7 +238,7 @@ class Submission:
         self._charge(start, cpu)
         return self._spent_outcome() if self.budget_left <= 0 else None
 
-    def _request_bytes(self, name, args, kwargs, seed, keep, reuse):
+    def _request_bytes(self, name, args, kwargs, seed, keep, reuse, limit=None):
         request = {
             "op": "call",
             "name": name,
@@ -246,6 +246,7 @@ class Submission:
             "kwargs": dict(kwargs),
             "grad_seed": seed,
             "keep": None if keep is None else [int(i) for i in keep],
+            "most": None if limit is None else int(limit),  # results beyond it are not sent (nor read, were they)
         }
         return self._worker.encoded(request, self._shared, reuse)
 

@@ -176,6 +176,18 @@ class Child:
             }
         except BaseException as e:
             return {"status": "crashed", "message": f"the call raised {exception_text(e)}", "traceback": self.frames(e)}
+        most, size = message.get("most"), 0
+        if most is not None:
+            try:
+                size = self.wire.nbytes(value)
+            except Exception:  # (what the reply's encoding says of it, then)
+                size = 0
+        if most is not None and size > most:  # a reply not to be read: neither sent nor its gradients computed
+            return {
+                "status": "too large",
+                "message": f"results of {size} bytes, over the {most} bytes this call can need: they were not sent",
+                "mutated": self.mutated(before),
+            }
         reply = {"status": "ok", "value": value, "mutated": self.mutated(before)}
         if seed is not None:
             reply.update(self.gradients(value, leaves, seed))
