@@ -307,18 +307,21 @@ PRELOAD = "attention_core.grading.outputs.preload"  # what the fork server impor
 class _Graders:
     """Where a batch's submissions are graded. In this process where torch is loaded already (a caller's own
     Python session) and one job is asked; otherwise in grader processes of their own, so that the command itself
-    never loads torch. They are forked from multiprocessing's fork server, a fresh interpreter that imports the
-    grader's side (torch with it) once and runs nothing else, never this process (a fork after torch ran parallel
-    work can deadlock): a grader process costs a fork rather than an import of torch, and the grader processes
-    share torch's pages. Without torch here, the first grader process (the planner) is started at once: it reads
+    never loads torch. With more than one job they are forked from multiprocessing's fork server, a fresh
+    interpreter that imports the grader's side (torch with it) once and runs nothing else, never this process (a
+    fork after torch ran parallel work can deadlock): a grader process costs a fork rather than an import of torch,
+    and the grader processes share torch's pages; one alone is spawned. Without torch here, the first grader process (the planner) is started at once: it reads
     the assignment and sends its Plan while the command goes on, then grades the first submission."""
 
     def __init__(self, assignment, cases, options, entry, out, jobs):
         self.assignment, self.cases, self.options, self.entry = assignment, cases, options, entry
         self.out, self.jobs = out, jobs
         self.here = "torch" in sys.modules
-        self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload([PRELOAD])
+        # One grader process is spawned (a fresh interpreter: a fork server's image beside it would cost memory
+        # that nothing shares); several are forked from the fork server, sharing its pages.
+        self.context = multiprocessing.get_context("forkserver" if jobs > 1 else "spawn")
+        if jobs > 1:
+            self.context.set_forkserver_preload([PRELOAD])
         self.tasks, self.done = self.context.Queue(), self.context.Queue()
         self.processes, self.closed, self.plan, self.chosen, self.items = [], False, None, None, None
 
@@ -422,8 +425,8 @@ class _Graders:
 
 
 def _grader_entry(environ, *args):
-    """A grader process's start, forked from the fork server (where the grader's side is loaded, with torch), in
-    the batch's environment as it is now."""
+    """A grader process's start (forked from the fork server, where the grader's side is loaded with torch, or
+    spawned), in the batch's environment as it is now."""
     os.environ.clear()
     os.environ.update(environ)
     from attention_core.grading.outputs import graders  # noqa: PLC0415
