@@ -19,7 +19,7 @@ from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.settings import SettingsError, read_settings
 from tests.outputs import command, folder, last_part, pytest_here
 
-pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+pytestmark = pytest.mark.slow  # end to end: the quick loop leaves this module out
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"

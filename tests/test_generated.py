@@ -11,7 +11,7 @@ from attention_core.grading.naming import generated
 from attention_core.harness.reading import assignment
 from tests.outputs import command
 
-pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+pytestmark = pytest.mark.slow  # end to end: the quick loop leaves this module out
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = Path(__file__).resolve().parent / "assignments" / "book"

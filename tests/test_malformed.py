@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_case_files import GOOD
 
-pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+pytestmark = pytest.mark.slow  # end to end: the quick loop leaves this module out
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_BYTES = 1536 * 2**20

@@ -14,7 +14,7 @@ import torch
 from attention_core import checks
 from attention_core.harness.checking.devices import NO_CUDA, covered
 
-pytestmark = pytest.mark.slow  # subprocesses: the quick loop leaves this module out
+pytestmark = pytest.mark.slow  # end to end: the quick loop leaves this module out
 
 pytest_plugins = ["pytester"]
 
