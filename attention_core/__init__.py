@@ -5,7 +5,17 @@ need no torch (scheduling a grading batch) do not load it.
 """
 
 import importlib
+import os
+import sys
 import warnings
+
+# ``python -m attention_core`` puts the folder it runs in first on the module path, before the standard library and
+# torch: a student's file there named like a module (torch.py, yaml.py, dataclasses.py) would be imported in its
+# place, in the teacher's own process and in the grader processes (which take this path). That folder is taken off
+# the path, first thing, unless it is a checkout this package is imported from.
+if sys.argv[:1] == ["-m"] and sys.path and sys.path[0] and os.path.samefile(sys.path[0], os.getcwd()):
+    if not os.path.samefile(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.getcwd()):
+        del sys.path[0]
 
 # torch warns on import when NumPy is absent; nothing here uses NumPy. (Before torch's import.)
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)

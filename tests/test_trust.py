@@ -199,3 +199,28 @@ def test_a_file_cheap_to_write_and_slow_to_run_runs_out_of_its_time_budget_while
     assert "ran out of its time budget of 0.25 s" in out  # one check: its own budget
     assert "not run: the case file ran out of its time budget of 1 s" in out  # the rest of the file: not run
     assert re.search(r"slow\.yaml:\d+: slow/chain/c39", out)  # named at its file and line
+
+
+@pytest.mark.grading
+@pytest.mark.parametrize("jobs", [1, 2])  # a grader process spawned; grader processes forked from a fork server
+def test_a_submission_named_like_a_module_in_the_folder_grade_runs_in_is_only_ever_graded(tmp_path, jobs):
+    """``python -m`` and ``python -c`` put the folder they run in first on the module path: files there named like
+    the standard library's and torch's modules are the students', graded in their sandboxes and never imported by the
+    command or its grader processes (each would end the process that imported it)."""
+    names = ("torch", "yaml", "dataclasses", "json", "tqdm", "pickle", "socket")
+    for name in names:
+        (tmp_path / f"{name}.py").write_text(f"raise SystemExit('{name}.py imported')\n")
+    (tmp_path / "alice.py").write_text(Path(reference.__file__).read_text())
+    run = subprocess.run(
+        [sys.executable, "-m", "attention_core", "grade", *(f"{n}.py" for n in (*names, "alice")), "--out", "out"]
+        + ["--jobs", str(jobs)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    with (tmp_path / "out" / "gradebook.csv").open(newline="") as handle:
+        scores = {last_part(row["submission"]): row for row in csv.DictReader(handle)}
+    assert scores["alice"]["score"] == scores["alice"]["max_score"]
+    assert all(float(scores[name]["score"]) == 0 for name in names)

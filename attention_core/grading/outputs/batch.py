@@ -367,7 +367,8 @@ class _Graders:
             ),
         )
         try:
-            process.start()
+            with _safe_path():
+                process.start()
         finally:
             channel.close()  # (the process has its own copy)
         self.processes.append(process)
@@ -422,6 +423,23 @@ class _Graders:
             if process.is_alive():
                 process.kill()
                 process.join(timeout=5)
+
+
+@contextlib.contextmanager
+def _safe_path():
+    """PYTHONSAFEPATH for the interpreters multiprocessing starts now (a grader process, or the fork server): started
+    by ``python -c``, each would put the folder the batch runs in first on its module path while it imports
+    multiprocessing and the grader's side, so that a submission there named like a module (pickle.py, torch.py)
+    would be imported in a trusted process. Set for the start alone: this may be a caller's own session."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def _grader_entry(environ, *args):
