@@ -68,9 +68,11 @@ def grade_head(*args, cwd=None):
 def pytest_here(*args, cwd, env=None):
     """``python -m pytest ARGS`` run in ``cwd`` in this process (pytest's own ``main()``, the plugin found by its
     entry point as in a new process, without an interpreter and torch to start): a CompletedProcess with the exit
-    code and what it printed; ``env``: variables set for it. pytest imports test modules and conftest files outside a package by their plain names:
-    this session's own are set aside while the run goes, and those it imported from ``cwd`` are dropped after it (what
-    else it imported stays imported: a package's modules, and torch's extensions, are imported once)."""
+    code and what it printed; ``env``: variables set for it, beside none of this session's ``PYTEST_*``.
+
+    pytest imports test modules and conftest files outside a package by their plain names: this session's own are
+    set aside while the run goes, and those it imported from ``cwd`` are dropped after it (what else it imported
+    stays imported: a package's modules, and torch's extensions, are imported once)."""
     path, here, environ = list(sys.path), os.getcwd(), dict(os.environ)
     aside = {name: sys.modules.pop(name) for name in [n for n, m in sys.modules.items() if _ours(n, m, TESTS)]}
     before = set(sys.modules)

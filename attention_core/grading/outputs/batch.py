@@ -310,8 +310,9 @@ class _Graders:
     never loads torch. With more than one job they are forked from multiprocessing's fork server, a fresh
     interpreter that imports the grader's side (torch with it) once and runs nothing else, never this process (a
     fork after torch ran parallel work can deadlock): a grader process costs a fork rather than an import of torch,
-    and the grader processes share torch's pages; one alone is spawned. Without torch here, the first grader process (the planner) is started at once: it reads
-    the assignment and sends its Plan while the command goes on, then grades the first submission."""
+    and the grader processes share torch's pages; one alone is spawned. Without torch here, the first grader
+    process (the planner) is started at once: it reads the assignment and sends its Plan while the command goes
+    on, then grades the first submission."""
 
     def __init__(self, assignment, cases, options, entry, out, jobs):
         self.assignment, self.cases, self.options, self.entry = assignment, cases, options, entry
