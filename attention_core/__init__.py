@@ -9,13 +9,25 @@ import os
 import sys
 import warnings
 
-# ``python -m attention_core`` puts the folder it runs in first on the module path, before the standard library and
-# torch: a student's file there named like a module (torch.py, yaml.py, dataclasses.py) would be imported in its
-# place, in the teacher's own process and in the grader processes (which take this path). That folder is taken off
-# the path, first thing, unless it is a checkout this package is imported from.
-if sys.argv[:1] == ["-m"] and sys.path and sys.path[0] and os.path.samefile(sys.path[0], os.getcwd()):
-    if not os.path.samefile(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.getcwd()):
-        del sys.path[0]
+
+def _off_the_path():
+    """``python -m attention_core`` puts the folder it runs in first on the module path, before the standard library
+    and torch: a student's file there named like a module (torch.py, yaml.py, dataclasses.py) would be imported in
+    its place, in the teacher's own process and in the grader processes (which take this path). That folder is taken
+    off the path, first thing, unless it is the checkout this package is imported from."""
+    if sys.argv[:1] != ["-m"] or not sys.path or not sys.path[0]:
+        return
+    try:
+        here = os.getcwd()
+        if os.path.samefile(sys.path[0], here) and not os.path.samefile(
+            os.path.dirname(os.path.dirname(__file__)), here
+        ):
+            del sys.path[0]
+    except OSError:  # (a folder gone meanwhile: nothing of it to import)
+        pass
+
+
+_off_the_path()
 
 # torch warns on import when NumPy is absent; nothing here uses NumPy. (Before torch's import.)
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
