@@ -318,11 +318,13 @@ class _Graders:
         self.assignment, self.cases, self.options, self.entry = assignment, cases, options, entry
         self.out, self.jobs = out, jobs
         self.here = "torch" in sys.modules
-        # One grader process is spawned (a fresh interpreter: a fork server's image beside it would cost memory
-        # that nothing shares); several are forked from the fork server, sharing its pages.
-        self.context = multiprocessing.get_context("forkserver" if jobs > 1 else "spawn")
+        # Several grader processes are forked from the fork server, sharing its pages; one is spawned (a fresh
+        # interpreter: a fork server's image beside it would cost memory that nothing shares).
         if jobs > 1:
+            self.context = multiprocessing.get_context("forkserver")
             self.context.set_forkserver_preload([PRELOAD])
+        else:
+            self.context = multiprocessing.get_context("spawn")
         self.tasks, self.done = self.context.Queue(), self.context.Queue()
         self.processes, self.closed, self.plan, self.chosen, self.items = [], False, None, None, None
 
