@@ -26,11 +26,12 @@ from __future__ import annotations
 import ast
 import copy
 import types
+import weakref
 from dataclasses import dataclass
 
 from attention_core.grading.naming.mutants import Mutant
 from attention_core.grading.naming.operators import operators
-from attention_core.grading.naming.slips import Context, Slip, _name, context_of, slips
+from attention_core.grading.naming.slips import Context, Slip, _name, context_of, slips, tree_copy
 from attention_core.harness.reading import assignment as assignments
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # made again; the rest is the import's
@@ -97,6 +98,11 @@ def _makes_layer(statement):
     return True  # a size (d_model // num_heads), an assert, the base class's __init__
 
 
+# reference module -> (its source, its path, the graded names) -> the mutants made of it: made once in a process
+# (each grader of a session, a notebook's or a test run's, asks again), dropped with the module
+_MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def generate(chosen, source=None, path=None):
     """The generated mutants of an assignment (an Assignment with its reference): a list of Mutant, each
     ``functions`` being every graded name of the changed module, ``name`` ``owner:kind:number`` (unique)."""
@@ -108,6 +114,14 @@ def generate(chosen, source=None, path=None):
             source = open(path, encoding="utf-8").read()  # noqa: PTH123, SIM115
         except (OSError, TypeError):
             return []
+    made = _MADE.setdefault(chosen.reference, {})
+    key = (source, path, tuple(chosen.graded))
+    if key not in made:
+        made[key] = _generate(chosen, source, path)
+    return list(made[key])
+
+
+def _generate(chosen, source, path):
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -173,7 +187,7 @@ def _mutated(tree, walk, group, path, imported):
     for place in group:
         target = walk.nodes[place.index]
         parent = walk.parents.get(id(target))
-        replacement = copy.deepcopy(place.slip.replacement)
+        replacement = tree_copy(place.slip.replacement)
         if parent is None or not _replace(copied(parent), copies.get(id(target), target), replacement):
             return None, None
         _locate(replacement, target)

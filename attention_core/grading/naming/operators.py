@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import collections
-import copy
 
 from attention_core.grading.naming.slips import (
     Slip,
@@ -32,6 +31,7 @@ from attention_core.grading.naming.slips import (
     _number,
     _self_attribute,
     _with_argument,
+    tree_copy,
 )
 
 TORCH_MODULES = ("torch", "F", "functional", "nn", "math", "np", "numpy")
@@ -204,14 +204,14 @@ def _product_moved_out_of_layer(node):
     for kept, moved in ((inner.left, inner.right), (inner.right, inner.left)):
         if isinstance(inner.op, ast.Div) and moved is inner.left:
             continue
-        call = ast.Call(copy.deepcopy(node.func), [copy.deepcopy(kept)], [])
+        call = ast.Call(tree_copy(node.func), [tree_copy(kept)], [])
         found.append(
             Slip(
                 "product_after_layer",
                 f"a {'product' if isinstance(inner.op, ast.Mult) else 'division'} is taken after `{layer}` where it "
                 f"belongs before it, inside the layer's input",
                 f"Multiply (or divide) before `{layer}`: pass the product to the layer, as the formula does.",
-                ast.BinOp(call, copy.deepcopy(inner.op), copy.deepcopy(moved)),
+                ast.BinOp(call, tree_copy(inner.op), tree_copy(moved)),
             )
         )
     return found
@@ -234,7 +234,7 @@ def _parameter_swapped_once(function):
         for other in params:
             if other == param or other not in counts:
                 continue
-            changed = copy.deepcopy(function)
+            changed = tree_copy(function)
             _at(changed, index).id = other
             found.append(_used_for(other, param, changed))
     return found
@@ -273,7 +273,7 @@ def _ranges(node, name):
         for by, words in ((1, "late: every index one too large"), (-1, "early: every index one too small")):
             if start is None or start + by < 0:
                 continue
-            changed = copy.deepcopy(node)
+            changed = tree_copy(node)
             changed.args[0] = _shifted(node.args[0], by)
             changed.args[1] = _shifted(node.args[1], by)
             found.append(
@@ -286,7 +286,7 @@ def _ranges(node, name):
             )
     if len(node.args) == 3 and _number(node.args[2]) in (1, 2):
         step = _number(node.args[2])
-        changed = copy.deepcopy(node)
+        changed = tree_copy(node)
         changed.args[2] = ast.Constant(3 - step)
         found.append(
             Slip(
@@ -327,8 +327,8 @@ def _swapped_arguments(node, name, owner_names):
         for (i, a), (j, b) in zip(arguments, arguments[1:]):
             if ast.unparse(a) == ast.unparse(b):
                 continue
-            changed = copy.deepcopy(node)
-            changed.args[i], changed.args[j] = copy.deepcopy(b), copy.deepcopy(a)
+            changed = tree_copy(node)
+            changed.args[i], changed.args[j] = tree_copy(b), tree_copy(a)
             found.append(
                 Slip(
                     "arguments_swapped",
@@ -343,7 +343,7 @@ def _swapped_arguments(node, name, owner_names):
         and isinstance(node.args[0], (ast.Tuple, ast.List))
         and len(node.args[0].elts) == 2
     ):
-        changed = copy.deepcopy(node)
+        changed = tree_copy(node)
         changed.args[0].elts.reverse()
         found.append(
             Slip(
@@ -383,7 +383,7 @@ def _look_alike(node, name):
         return found
     alikes = ([LOOK_ALIKE[name]] if name in LOOK_ALIKE else []) + MORE_LOOK_ALIKE.get(name, [])
     for other, mistake, fix in alikes if isinstance(node.func, (ast.Attribute, ast.Name)) else ():
-        changed = copy.deepcopy(node)
+        changed = tree_copy(node)
         if isinstance(changed.func, ast.Attribute):
             changed.func.attr = other
         else:
@@ -392,7 +392,7 @@ def _look_alike(node, name):
         found.append(Slip(kind, mistake, fix, changed))
     if name == "gelu":
         approximate = next((k for k in node.keywords if k.arg == "approximate"), None)
-        changed = copy.deepcopy(node)
+        changed = tree_copy(node)
         if approximate is None:
             changed.keywords.append(ast.keyword("approximate", ast.Constant("tanh")))
             found.append(
@@ -427,7 +427,7 @@ def _layers_swapped(node):
     found = []
     for a in sorted(left - right):
         for b in sorted(right - left):
-            changed = copy.deepcopy(node)
+            changed = tree_copy(node)
             for call in ast.walk(changed):
                 if isinstance(call, ast.Call) and _self_attribute(call.func) and call.func.attr in (a, b):
                     call.func.attr = b if call.func.attr == a else a
@@ -460,7 +460,7 @@ def _constant_moved_in(node, name):
     inner = node.args[0]
     if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and _is_small_constant(inner.right)):
         return []
-    root = copy.deepcopy(node)
+    root = tree_copy(node)
     if isinstance(root.func, ast.Attribute):
         root.func.attr = "sqrt"
     else:
@@ -490,7 +490,7 @@ def _constant_moved_out(node):
         and _is_small_constant(node.right)
     ):
         return []
-    moved = copy.deepcopy(node.left)
+    moved = tree_copy(node.left)
     moved.args = [ast.BinOp(moved.args[0], ast.Add(), node.right)]
     return [
         Slip(
@@ -600,7 +600,7 @@ def _siblings(holder, owner_names):
         shown = _shown(function, owner_names)
         what = f"`{shown}`" if shown else "a step"
         for i, _target in uses:
-            changed = copy.deepcopy(holder)
+            changed = tree_copy(holder)
             changed.body = [s for j, s in enumerate(body) if j != i] or [ast.Pass()]
             found.append(
                 Slip(
@@ -619,10 +619,10 @@ def _siblings(holder, owner_names):
         for other, (j, shape) in made.items():
             if other in done or shape != skeleton or j > last:
                 continue
-            statement = copy.deepcopy(body[last])
+            statement = tree_copy(body[last])
             statement.targets = [ast.Name(other, ast.Store())]
             statement.value.args[0] = ast.Name(other, ast.Load())
-            changed = copy.deepcopy(holder)
+            changed = tree_copy(holder)
             changed.body = [*body[: last + 1], statement, *body[last + 1 :]]
             found.append(
                 Slip(
@@ -640,7 +640,7 @@ def _siblings(holder, owner_names):
 def _skeleton(value):
     """An expression's shape with its names and attributes left out: ``self.wq(x).view(...)`` and
     ``self.wk(x).view(...)`` are alike."""
-    tree = copy.deepcopy(value)
+    tree = tree_copy(value)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _self_attribute(node):
             node.attr = "_"
@@ -674,10 +674,10 @@ def _variance_of_squares(node, name):
     dims = [k.value for k in node.keywords if k.arg == "dim"] or node.args[:1]
     if not dims:
         return []
-    summed = copy.deepcopy(node)
+    summed = tree_copy(node)
     summed.func.attr = "sum"
     count = ast.BinOp(
-        ast.Subscript(ast.Attribute(copy.deepcopy(squared), "shape", ast.Load()), dims[0], ast.Load()),
+        ast.Subscript(ast.Attribute(tree_copy(squared), "shape", ast.Load()), dims[0], ast.Load()),
         ast.Sub(),
         ast.Constant(1),
     )
@@ -734,7 +734,7 @@ def _norm_order(node, norms=frozenset()):
     inner = node.args[0] if layer else None
     if not (isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Add) and _normalises(layer, norms)):
         return []
-    normed = ast.Call(copy.deepcopy(node.func), [inner.right], [])
+    normed = ast.Call(tree_copy(node.func), [inner.right], [])
     return [Slip("residual_after_norm", *POST_FOR_PRE, ast.BinOp(inner.left, ast.Add(), normed))]
 
 
@@ -746,14 +746,14 @@ def _norm_order_back(node, norms=frozenset()):
     for call in ast.walk(node.right):
         layer = _layer_call(call)
         if _normalises(layer, norms) and isinstance(call.args[0], ast.Name) and call.args[0].id == node.left.id:
-            right = copy.deepcopy(node.right)
+            right = tree_copy(node.right)
             for inner in ast.walk(right):
                 for field, value in ast.iter_fields(inner):
                     if isinstance(value, list):
                         value[:] = [node.left if ast.dump(v) == ast.dump(call) else v for v in value]
                     elif isinstance(value, ast.AST) and ast.dump(value) == ast.dump(call):
                         setattr(inner, field, node.left)
-            post = ast.Call(copy.deepcopy(call.func), [ast.BinOp(node.left, ast.Add(), right)], [])
+            post = ast.Call(tree_copy(call.func), [ast.BinOp(node.left, ast.Add(), right)], [])
             found.append(Slip("post_norm", *POST_NORM, post))
     return found
 
@@ -780,7 +780,7 @@ def _pre_norm(holder, norms=frozenset()):
 
 
 def _made_pre_norm(holder, blocks):
-    changed = copy.deepcopy(holder)
+    changed = tree_copy(holder)
     body = changed.body
     for i in blocks:
         value = body[i].value
@@ -789,7 +789,7 @@ def _made_pre_norm(holder, blocks):
         start = max([j + 1 for j in range(i) if _assigns(body[j], x)], default=0)
 
         def normed(x=x, norm=norm):
-            return ast.Call(copy.deepcopy(norm), [ast.Name(x, ast.Load())], [])
+            return ast.Call(tree_copy(norm), [ast.Name(x, ast.Load())], [])
 
         for statement in body[start:i]:
             for node in ast.walk(statement):
@@ -840,7 +840,7 @@ def _post_norm(holder, norms=frozenset()):
 
 
 def _made_post_norm(holder, blocks):
-    changed = copy.deepcopy(holder)
+    changed = tree_copy(holder)
     body = changed.body
     for i, start, norm in blocks:
         x = body[i].targets[0].id
@@ -851,7 +851,7 @@ def _made_post_norm(holder, blocks):
                         setattr(node, field, ast.Name(x, ast.Load()))
                     elif isinstance(child, list):
                         child[:] = [ast.Name(x, ast.Load()) if _is_norm_of(c, norm, x) else c for c in child]
-        body[i].value = ast.Call(copy.deepcopy(norm), [body[i].value], [])
+        body[i].value = ast.Call(tree_copy(norm), [body[i].value], [])
     return changed
 
 
@@ -883,7 +883,7 @@ def _parameter_swapped(function):
         for other in params:
             if other == param:
                 continue
-            changed = copy.deepcopy(function)  # every read of it (keys and values both from x: one mistake)
+            changed = tree_copy(function)  # every read of it (keys and values both from x: one mistake)
             for node in ast.walk(changed):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id == param:
                     node.id = other
@@ -940,12 +940,12 @@ def _size_swapped(function):
             now = ast.unparse(other)
             if now == was:
                 continue
-            changed = copy.deepcopy(function)
+            changed = tree_copy(function)
             target = _at(changed, index)
             if field == "args":
-                target.args[0] = copy.deepcopy(other)
+                target.args[0] = tree_copy(other)
             else:
-                target.left = copy.deepcopy(other)
+                target.left = tree_copy(other)
             found.append(
                 Slip(
                     "scale_by_other_size",
@@ -1042,8 +1042,8 @@ def _axes_reordered(node, name):
         return []
     found = []
     for i in range(len(axes) - 1):
-        changed = copy.deepcopy(node)
-        changed.args[i], changed.args[i + 1] = copy.deepcopy(node.args[i + 1]), copy.deepcopy(node.args[i])
+        changed = tree_copy(node)
+        changed.args[i], changed.args[i + 1] = tree_copy(node.args[i + 1]), tree_copy(node.args[i])
         found.append(
             Slip(
                 "axes_reordered",
@@ -1079,7 +1079,7 @@ def _unpacked_in_another_order(node):
         return []
     found = []
     for i in range(len(target.elts) - 1):
-        changed = copy.deepcopy(node)
+        changed = tree_copy(node)
         elts = changed.targets[0].elts
         elts[i], elts[i + 1] = elts[i + 1], elts[i]
         found.append(
@@ -1107,7 +1107,7 @@ def _layer_input_swapped(function):
         for other in inputs:
             if other == name:
                 continue
-            changed = copy.deepcopy(function)
+            changed = tree_copy(function)
             _at(changed, index).args[0].id = other
             found.append(
                 Slip(
@@ -1153,7 +1153,7 @@ def _argument_left_out(node, owner_names):
             f"`{callee}` is called without one of its arguments, so it falls back to that argument's default (a mask "
             f"or the lengths not passed on)",
             f"Pass `{callee}` every argument the formula gives it.",
-            copy.deepcopy(variant),
+            tree_copy(variant),
         )
         for variant in variants
     ]
@@ -1169,13 +1169,13 @@ def _layers_nested_swapped(node):
     first, rest = inner.args[0], inner.args[1:]
     found = []
     for given in ([], rest) if rest else ([],):
-        applied = ast.Call(copy.deepcopy(node.func), [copy.deepcopy(first), *copy.deepcopy(given)], [])
+        applied = ast.Call(tree_copy(node.func), [tree_copy(first), *tree_copy(given)], [])
         found.append(
             Slip(
                 "layers_in_another_order",
                 f"`{_called_layer(inner)}` and `{outer}` are applied in the other order",
                 f"Apply `{_called_layer(inner)}` first, then `{outer}`, as the formula does.",
-                ast.Call(copy.deepcopy(inner.func), [applied, *copy.deepcopy(rest)], []),
+                ast.Call(tree_copy(inner.func), [applied, *tree_copy(rest)], []),
             )
         )
     return found
@@ -1191,7 +1191,7 @@ def _layer_reused(function):
         for other in layers:
             if other == layer:
                 continue
-            changed = copy.deepcopy(function)
+            changed = tree_copy(function)
             _at(changed, index).func.attr = other
             found.append(
                 Slip(
@@ -1214,7 +1214,7 @@ def _residual_added(function):
         first = node.value.args[0]
         if not (isinstance(first, ast.Name) and first.id in params):
             continue
-        changed = copy.deepcopy(function)
+        changed = tree_copy(function)
         target = _at(changed, index)
         target.value = ast.BinOp(ast.Name(first.id, ast.Load()), ast.Add(), target.value)
         found.append(
@@ -1244,10 +1244,10 @@ def _chained_layers_swapped(holder):
         for given in ([], rest_a) if rest_a else ([],):
             now_first = ast.Assign([ast.Name(made, ast.Store())], ast.Call(b.func, [a.args[0], *rest_b, *given], []))
             now_second = ast.Assign(
-                [copy.deepcopy(second.targets[0])], ast.Call(a.func, [ast.Name(made, ast.Load()), *rest_a], [])
+                [tree_copy(second.targets[0])], ast.Call(a.func, [ast.Name(made, ast.Load()), *rest_a], [])
             )
-            changed = copy.deepcopy(holder)
-            changed.body = [*body[:i], copy.deepcopy(now_first), copy.deepcopy(now_second), *body[i + 2 :]]
+            changed = tree_copy(holder)
+            changed.body = [*body[:i], tree_copy(now_first), tree_copy(now_second), *body[i + 2 :]]
             found.append(
                 Slip(
                     "layers_in_another_order",
@@ -1280,7 +1280,7 @@ def _returned_as(function):
     for index, node in enumerate(ast.walk(function)):
         if not isinstance(node, ast.Return) or node.value is None or isinstance(node.value, ast.Tuple):
             continue
-        changed = copy.deepcopy(function)
+        changed = tree_copy(function)
         target = _at(changed, index)
         if any(
             isinstance(n, ast.Compare) or (isinstance(n, ast.Call) and _name(n) in MASK_MAKERS)

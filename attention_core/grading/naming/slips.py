@@ -4,7 +4,6 @@ sentence a student reads: :func:`slips` gives every one for an AST node (``gener
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass
 
 
@@ -16,6 +15,19 @@ class Slip:
     mistake: str
     fix: str
     replacement: object  # the new AST node (or None: the statement removed)
+
+
+def tree_copy(node):
+    """A deep copy of an AST node (or a list of them): every node new, the values it holds (names, constants)
+    shared. It does what ``copy.deepcopy`` does to a parsed tree at a fraction of the cost: deepcopy asks each node
+    how to rebuild itself and keeps a memo of every object it met; a mutant's making copies thousands of nodes."""
+    if isinstance(node, list):
+        return [tree_copy(item) for item in node]
+    if not isinstance(node, ast.AST):
+        return node  # str, int, float, None and the like: immutable
+    new = node.__class__.__new__(node.__class__)
+    new.__dict__.update({key: tree_copy(value) for key, value in node.__dict__.items()})
+    return new
 
 
 def _name(node):
@@ -51,7 +63,7 @@ def _argument(call, keyword, position):
 
 
 def _with_argument(call, where, value):
-    call = copy.deepcopy(call)
+    call = tree_copy(call)
     if isinstance(where, int):
         call.args[where] = value
     else:
@@ -506,7 +518,7 @@ def _shape(node, name):
     if name in ("view", "reshape") and len(node.args) >= 3 and not any(isinstance(a, ast.Starred) for a in node.args):
         last, before = node.args[-1], node.args[-2]
         if _number(last) != -1 and _number(before) != -1:
-            changed = copy.deepcopy(node)
+            changed = tree_copy(node)
             changed.args[-1], changed.args[-2] = before, last
             found.append(
                 Slip(
@@ -572,7 +584,7 @@ def _mask_after_softmax(holder):
                 and any(isinstance(n, ast.Call) and _name(n).endswith("softmax") for n in ast.walk(later.value))
             ):
                 weights = later.targets[0].id
-                changed = copy.deepcopy(holder)
+                changed = tree_copy(holder)
                 kept = (
                     ast.Pass() if isinstance(statement, ast.Expr) else ast.Assign(statement.targets, _receiver(masking))
                 )
@@ -602,7 +614,7 @@ def _mask_after_softmax(holder):
 def _weights_transposed(function):
     """Every ``x @ w`` of a function (``w`` a weight: its name starts with w) as ``x @ w.T``: the weights read as
     (out, in), nn.Linear's layout, where they are (in, out)."""
-    changed = copy.deepcopy(function)
+    changed = tree_copy(function)
     products = [
         n
         for n in ast.walk(changed)
