@@ -249,3 +249,17 @@ def test_one_mistake_files_are_named_by_their_own_mistake_and_never_by_another(f
             assert not likely, (path.name, likely)
         else:
             assert likely and all(words in line for line in likely), (path.name, likely)
+
+
+def test_a_reference_s_mistakes_are_made_once_in_a_process_and_again_for_a_changed_source(monkeypatch, tmp_path):
+    made = []
+    real = generated._generate
+    monkeypatch.setattr(generated, "_generate", lambda *args: made.append(args[1:]) or real(*args))
+    chosen = assignment.load(HEAD)
+    source = (HEAD / "reference.py").read_text(encoding="utf-8")
+    first = generated.generate(chosen, source=source)
+    again = generated.generate(chosen, source=source)
+    assert len(made) == 1 and [m.name for m in again] == [m.name for m in first]
+    changed = source.replace("math.sqrt(", "(") if "math.sqrt(" in source else source + "\n# changed\n"
+    generated.generate(chosen, source=changed)
+    assert len(made) == 2  # a teacher's edit to the reference between two gradings makes its mistakes anew
