@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.outputs import HEAD_GRADE, last_part
+from tests.outputs import HEAD_GRADE, command, last_part
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
@@ -141,23 +141,7 @@ def test_a_second_batch_into_the_same_out_is_refused_while_the_first_runs(tmp_pa
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("pid 4242")
         held.flush()
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "attention_core",
-                "grade",
-                "--assignment",
-                str(HEAD),
-                str(tmp_path / "s.py"),
-                "--out",
-                str(out),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        run = command("grade", "--assignment", HEAD, tmp_path / "s.py", "--out", out)  # (flock: another handle's)
     assert run.returncode == 2
     assert "is being written by another grading batch (pid 4242)" in run.stderr
     assert not (out / "s").exists()  # nothing graded, nothing written
