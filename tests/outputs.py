@@ -2,6 +2,7 @@
 run in the test's own process."""
 
 import contextlib
+import functools
 import io
 import os
 import subprocess
@@ -83,7 +84,7 @@ def pytest_here(*args, cwd, env=None):
         os.environ.update(env or {})
         os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = int(pytest.main(argv))
+            code = int(pytest.main(argv, plugins=[_NoCollectionAtTheEnd()]))
     finally:
         os.chdir(here)
         os.environ.clear()
@@ -96,7 +97,26 @@ def pytest_here(*args, cwd, env=None):
     return subprocess.CompletedProcess([sys.executable, "-m", "pytest", *argv], code, out.getvalue(), err.getvalue())
 
 
+class _NoCollectionAtTheEnd:
+    """A run's end without the full collections pytest makes to flush unraisable exceptions (as pytester's runs in
+    a test's process do): each walks every object of this session, a quarter of a second apiece here."""
+
+    @staticmethod
+    def pytest_configure(config):
+        try:
+            from _pytest.unraisableexception import gc_collect_iterations_key  # noqa: PLC0415 (pytester's own way)
+        except ImportError:  # (a pytest without it makes no such collections)
+            return
+        config.stash[gc_collect_iterations_key] = 0
+
+
 def _ours(name, module, folder):
     """Whether a module is a conftest or one imported from ``folder``."""
     file = getattr(module, "__file__", None)
-    return name == "conftest" or (file is not None and Path(file).resolve().is_relative_to(folder))
+    return name == "conftest" or (isinstance(file, str) and _resolved(file).is_relative_to(folder))
+
+
+@functools.cache
+def _resolved(file):
+    """A module's file, resolved once (every module's is asked at each run: torch's are thousands)."""
+    return Path(file).resolve()

@@ -70,7 +70,10 @@ def grade_here(chosen, items, options, entry, todo, out, finished, progress):
     """Grade ``todo`` ((path, id) pairs) in this process against the Assignment ``chosen`` (its checks read:
     ``items``), handing each one's Scores to ``finished`` and calling ``progress`` after it."""
     with Grader(assignment=chosen, options=options, entry=entry, items=items) as grader:
-        _freeze()  # this may be the caller's own process: undone below, and malloc left alone
+        # What this process holds now (it may be the caller's own session) left out of the collector's passes for
+        # the batch, and given back to them after it: garbage among it is collected then, so no collection first
+        # (one walks the whole session's objects). Malloc is left alone.
+        gc.freeze()
         try:
             for (_, name), graded in zip(todo, grader.grade_each([p for p, _ in todo])):
                 finished(write(graded, name, out))
