@@ -13,7 +13,7 @@ import pytest
 
 from attention_core import reference
 from attention_core.harness.checking import runner
-from tests.outputs import command, folder, last_part
+from tests.outputs import HEAD, HEAD_GRADE, command, folder, last_part
 
 REFERENCE = Path(reference.__file__).read_text(encoding="utf-8")
 
@@ -210,9 +210,9 @@ def test_a_submission_named_like_a_module_in_the_folder_grade_runs_in_is_only_ev
     names = ("torch", "yaml", "dataclasses", "json", "tqdm", "pickle", "socket")
     for name in names:
         (tmp_path / f"{name}.py").write_text(f"raise SystemExit('{name}.py imported')\n")
-    (tmp_path / "alice.py").write_text(Path(reference.__file__).read_text())
-    run = subprocess.run(
-        [sys.executable, "-m", "attention_core", "grade", *(f"{n}.py" for n in (*names, "alice")), "--out", "out"]
+    (tmp_path / "alice.py").write_text((HEAD / "submissions" / "correct.py").read_text())
+    run = subprocess.run(  # (the head example's assignment: its reference imports torch and math too, as a grader)
+        [sys.executable, "-m", "attention_core", *HEAD_GRADE, *(f"{n}.py" for n in (*names, "alice")), "--out", "out"]
         + ["--jobs", str(jobs)],
         cwd=tmp_path,
         capture_output=True,
