@@ -260,6 +260,12 @@ def test_a_reference_s_mistakes_are_made_once_in_a_process_and_again_for_a_chang
     first = generated.generate(chosen, source=source)
     again = generated.generate(chosen, source=source)
     assert len(made) == 1 and [m.name for m in again] == [m.name for m in first]
+    again.clear()  # each caller's own list: what one does to it leaves the next one's whole
+    assert [m.name for m in generated.generate(chosen, source=source)] == [m.name for m in first]
     changed = source + "# changed\n"
     generated.generate(chosen, source=changed)
     assert len(made) == 2  # a teacher's edit to the reference between two gradings makes its mistakes anew
+    for edit in range(generated._SOURCES_KEPT):  # a session of many edits keeps the last few
+        generated.generate(chosen, source=changed + f"# edit {edit}\n")
+    generated.generate(chosen, source=source)
+    assert len(made) == 3 + generated._SOURCES_KEPT  # the first source's were dropped: made again

@@ -211,7 +211,7 @@ def test_a_submission_named_like_a_module_in_the_folder_grade_runs_in_is_only_ev
     for name in names:
         (tmp_path / f"{name}.py").write_text(f"raise SystemExit('{name}.py imported')\n")
     (tmp_path / "alice.py").write_text((HEAD / "submissions" / "correct.py").read_text())
-    run = subprocess.run(  # (the head example's assignment: its reference imports torch and math too, as a grader)
+    run = subprocess.run(  # (the head example's assignment: its reference imports torch too)
         [sys.executable, "-m", "attention_core", *HEAD_GRADE, *(f"{n}.py" for n in (*names, "alice")), "--out", "out"]
         + ["--jobs", str(jobs)],
         cwd=tmp_path,

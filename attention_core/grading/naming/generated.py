@@ -99,8 +99,10 @@ def _makes_layer(statement):
 
 
 # reference module -> (its source, its path, the graded names) -> the mutants made of it: made once in a process
-# (each grader of a session, a notebook's or a test run's, asks again), dropped with the module
+# (each grader of a session, a notebook's or a test run's, asks again); the last few sources of a module kept (a
+# teacher editing the reference in a session makes a new one at each edit), all of them dropped with the module
 _MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SOURCES_KEPT = 4
 
 
 def generate(chosen, source=None, path=None):
@@ -117,6 +119,8 @@ def generate(chosen, source=None, path=None):
     made = _MADE.setdefault(chosen.reference, {})
     key = (source, path, tuple(chosen.graded))
     if key not in made:
+        while len(made) >= _SOURCES_KEPT:
+            del made[next(iter(made))]  # the oldest
         made[key] = _generate(chosen, source, path)
     return list(made[key])
 
