@@ -90,7 +90,8 @@ def pytest_here(*args, cwd, env=None):
         os.environ.clear()
         os.environ.update(environ)  # (the run set and removed its own PYTEST_CURRENT_TEST)
         sys.path[:] = path
-        for name in [n for n, m in sys.modules.items() if n not in before and _ours(n, m, Path(cwd).resolve())]:
+        ran_in = Path(cwd).resolve()
+        for name in [n for n, m in sys.modules.items() if n not in before and _ours(n, m, ran_in)]:
             if "." not in name:  # (a plain name, as pytest imports a test module or conftest outside a package)
                 del sys.modules[name]
         sys.modules.update(aside)

@@ -484,9 +484,8 @@ def test_a_reply_over_what_its_call_can_need_fails_that_call_alone(submit):
         "too large",
         "results of 4000000 bytes, over the 64000 bytes this call can need: they were not sent",
     )
-    assert big.seconds < 1  # (nor its gradients computed: 4 MB of them)
     big_grad = s.call_grad("softmax", (torch.ones(3),), projection_seed=1, limit=64_000)
-    assert big_grad.status == "too large"
+    assert big_grad.status == "too large" and big_grad.grads is None  # (nor its 4 MB of gradients sent)
     right = s.call("causal_average", (torch.ones(2, 3) * 2,), limit=64_000)  # the same process goes on
     assert first.status == right.status == "ok" and torch.equal(right.value, torch.ones(2, 3) * 2)
     assert s.pid == process

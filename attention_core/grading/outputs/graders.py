@@ -166,7 +166,7 @@ def _kind(check_id):
     return "backward" if check_id.endswith("/backward") else "value"
 
 
-def _freeze():
+def freeze():
     """What the grader holds for the whole batch (torch, the cases, their inputs) left out of the
     collector's full passes, each of which would otherwise walk every one of those objects again."""
     gc.collect()
@@ -174,10 +174,10 @@ def _freeze():
 
 
 def _settled():
-    """Set a grader process of its own up for a long batch: frozen (see :func:`_freeze`); returns what gives
+    """Set a grader process of its own up for a long batch: frozen (see :func:`freeze`); returns what gives
     the memory a submission's grading freed back to the system (glibc's ``malloc_trim``; nothing elsewhere), so
     that a grading slot holds what it keeps, not the peak of the largest submission so far."""
-    _freeze()
+    freeze()
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc

@@ -2,9 +2,6 @@
 it), then its objects frozen out of the cyclic collector's passes, so that a grader process's collections do not
 write to (and so copy) the pages it shares with the fork server and the other grader processes."""
 
-import gc
+from attention_core.grading.outputs import graders
 
-from attention_core.grading.outputs import graders  # noqa: F401 (imported for the grader processes)
-
-gc.collect()
-gc.freeze()
+graders.freeze()

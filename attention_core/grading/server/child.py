@@ -176,13 +176,8 @@ class Child:
             }
         except BaseException as e:
             return {"status": "crashed", "message": f"the call raised {exception_text(e)}", "traceback": self.frames(e)}
-        most, size = message.get("most"), 0
-        if most is not None:
-            try:
-                size = self.wire.nbytes(value)
-            except Exception:  # (what the reply's encoding says of it, then)
-                size = 0
-        if most is not None and size > most:  # a reply not to be read: neither sent nor its gradients computed
+        most = message.get("most")
+        if most is not None and (size := self._size(value)) > most:  # not to be read: neither sent nor differentiated
             return {
                 "status": "too large",
                 "message": f"results of {size} bytes, over the {most} bytes this call can need: they were not sent",
@@ -225,6 +220,14 @@ class Child:
 
     def floating(self, args, kwargs):
         return [(label, t) for label, t in self.tensors(args, kwargs) if t.is_floating_point()]
+
+    def _size(self, value):
+        """The bytes a reply would hold of ``value``'s results; 0 where they cannot be counted (the reply's
+        encoding says what is wrong with them then)."""
+        try:
+            return self.wire.nbytes(value)
+        except Exception:  # noqa: BLE001
+            return 0
 
     def mutated(self, before):
         """The labels of the tensor arguments whose shape, dtype or values the call changed."""
