@@ -235,8 +235,9 @@ def test_the_batch_command_grades_without_loading_torch_itself(tmp_path):
 
 @pytest.mark.grading
 def test_a_batch_s_grader_processes_read_its_environment_as_it_is_when_it_starts(tmp_path, monkeypatch):
-    """Grader processes are forked from a fork server that outlives a batch in a caller's session (started with
-    the environment of its first batch): a setting made since then still reaches the next batch's graders."""
+    """Grader processes are forked from a forking process that outlives a batch in a caller's session (started
+    with the environment of its first batch, and keeping its own): a setting made since then still reaches the next
+    batch's graders."""
     subs = [HEAD / "submissions" / "correct.py", HEAD / "submissions" / "unscaled.py"]
     before = grade_head(*subs, "--out", tmp_path / "before", "--jobs", "2")  # (two grader processes)
     monkeypatch.setenv("ATTENTION_CORE_CASE_SECONDS", "0.000001")  # no case's inputs can be made in that time

@@ -159,14 +159,21 @@ def _made(tmp_path, correct, fifos):
 
 
 # The batch with the guard of regular.py taken away: a grader's set-up thread opens a FIFO as a zip and waits there
-# for good. A file, not -c: the grader processes (spawned) import it as their main module, so they lose the guard too.
+# for good. The grader processes (forked with torch alone) are told to run this file's ``forked`` rather than the
+# package's, so they lose the guard too.
 _UNGUARDED = (
-    "import sys\n"
+    "import os, sys\n"
     "from attention_core.grading.intake import regular\n"
     "regular.special = lambda path: None\n"
     "regular.open_regular = lambda path, shown=None: open(path, 'rb')\n"
+    "def forked(sock, channel):\n"
+    "    from attention_core.grading.outputs import graders\n"
+    "    graders.forked(sock, channel)\n"
     "if __name__ == '__main__':\n"
     "    from attention_core import cli\n"
+    "    from attention_core.grading.outputs import batch\n"
+    "    begin, here = batch.begin, os.path.dirname(os.path.abspath(__file__))\n"
+    "    batch.begin = lambda sock, module, function, path: begin(sock, 'unguarded', function, [here, *path])\n"
     "    sys.exit(cli.main(sys.argv[1:]))\n"
 )
 
@@ -221,3 +228,31 @@ def test_a_fifo_a_socket_and_a_folder_holding_a_fifo_are_each_their_own_zero_row
         assert float(rows[name][0]) == 0, name
         said = next(out.rglob(f"submissions/**/{name}/results.json")).read_text()
         assert f"is {what}" in said, said
+
+
+@pytest.mark.grading
+def test_a_grader_process_killed_halfway_ends_the_batch_with_its_reason_and_leaves_nothing_running(tmp_path):
+    """A grader process that dies (the machine's out-of-memory killer, an operator's kill) holds submissions that
+    would never be graded: the batch says so and ends, rather than waiting for them."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    correct = (HEAD / "submissions" / "correct.py").read_text()
+    for i in range(6):
+        (subs / f"s{i}.py").write_text(SLOW + correct)
+    command = [sys.executable, "-m", "attention_core", *HEAD_GRADE, *map(str, sorted(subs.iterdir()))]
+    command += ["--out", str(out), "--jobs", "2"]
+    batch = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while not list(out.rglob("record.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    graders = [pid for pid in _session(batch.pid) if Path(f"/proc/{pid}/comm").read_text().strip() == "ac-grader"]
+    assert graders, "no grader process found"
+    os.kill(graders[0], signal.SIGKILL)
+    _, stderr = batch.communicate(timeout=60)
+    assert batch.returncode == 1
+    assert "error: a grader process ended before the batch did" in stderr and "Traceback" not in stderr, stderr
+    assert _processes_in_session(batch.pid) == []
+    graded = sorted(map(last_part, _rows(out / "gradebook.csv")))  # what finished, kept; the rest graded next time
+    assert graded == sorted(p.parent.name for p in out.rglob("record.json")) and len(graded) < 6

@@ -202,7 +202,7 @@ def test_a_file_cheap_to_write_and_slow_to_run_runs_out_of_its_time_budget_while
 
 
 @pytest.mark.grading
-@pytest.mark.parametrize("jobs", [1, 2])  # a grader process spawned; grader processes forked from a fork server
+@pytest.mark.parametrize("jobs", [1, 2])  # the planner alone; the planner and a second grader process
 def test_a_submission_named_like_a_module_in_the_folder_grade_runs_in_is_only_ever_graded(tmp_path, jobs):
     """``python -m`` and ``python -c`` put the folder they run in first on the module path: files there named like
     the standard library's and torch's modules are the students', graded in their sandboxes and never imported by the

@@ -1,9 +1,10 @@
 """The memory a grading batch's trusted processes hold together, as PSS (shared pages, such as torch's
 libraries, divided among the processes that map them, so counted once in all).
 
-The trusted processes: the batch command, its grader processes (and multiprocessing's resource tracker)
-and each grader's worker server; not the submissions' processes the servers fork (their own memory is
-limited inside the sandbox). Read from /proc; the batch's tree is found from the command's pid.
+The trusted processes: the batch command, its forking process, the grader processes and the worker servers
+forked from it, and the servers' guards (each submission's process before its sandbox); not the submissions'
+processes (their own memory is limited inside the sandbox). Read from /proc; the batch's tree is found from the
+command's pid.
 """
 
 import json
@@ -44,15 +45,18 @@ def rss_kib(pid):
 
 def graders_rss_kib(root):
     """The resident memory of the batch's own processes together (the command and its grader processes; not the
-    worker servers, not the submissions), in KiB."""
+    forking process, not the worker servers, not the submissions), in KiB."""
     return sum(rss_kib(pid) for pid in trusted(root, servers=False))
 
 
 def trusted(root, servers=True):
-    """The pids of the trusted processes of the batch whose command is ``root`` (``servers``: with the graders'
-    worker servers)."""
+    """The pids of the trusted processes of the batch whose command is ``root``: the command and every process
+    under it but a submission's. A submission's processes are those under a guard, and a guard is a child of a
+    worker server (``ac-server``): the names the grading processes give themselves, read from their parents, never
+    from a submission's own. ``servers`` False: the command and its grader processes (``ac-grader``) alone."""
     pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
     parents = {pid: _parent(pid) for pid in pids}
+    names = {pid: _read(pid, "comm").strip() for pid in pids}
     tree, grown = {root}, True
     while grown:
         grown = False
@@ -60,14 +64,18 @@ def trusted(root, servers=True):
             if pid not in tree and parents[pid] in tree:
                 tree.add(pid)
                 grown = True
-    workers = {pid for pid in tree if b"worker.py" in _read(pid, "cmdline")}
-    return sorted(
-        pid
-        for pid in tree
-        if pid == root
-        or b"multiprocessing" in _read(pid, "cmdline")
-        or (servers and pid in workers and parents[pid] not in workers)
-    )
+    guards = {pid for pid in tree if names.get(parents[pid]) == b"ac-server"}
+
+    def submission(pid):
+        while pid != root and pid in tree:
+            pid = parents[pid]
+            if pid in guards:
+                return True
+        return False
+
+    if not servers:
+        return sorted(pid for pid in tree if pid == root or names[pid] == b"ac-grader")
+    return sorted(pid for pid in tree if not submission(pid))
 
 
 def trusted_pss_kib(root):

@@ -9,9 +9,8 @@ sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
 import collections
 import contextlib
 import fcntl
-import multiprocessing
 import os
-import queue
+import select
 import signal
 import sys
 import time
@@ -24,6 +23,8 @@ from attention_core.grading.intake import folders, ids
 from attention_core.grading.judging.options import GradingOptions
 from attention_core.grading.outputs import cells, gradebook, lms, records
 from attention_core.grading.process import forks
+from attention_core.grading.process.link import Link, begin, module_path
+from attention_core.grading.process.link import streams as link_streams
 from attention_core.grading.server import sandbox
 from attention_core.harness.text import escape, is_terminal, points
 from attention_core.report.class_page import class_page
@@ -76,6 +77,9 @@ def grade_command(
     except KeyboardInterrupt as stop:  # ^C, or SIGTERM, while the assignment was read: nothing was graded
         print(f"{str(stop) or 'interrupted'}: nothing graded", file=stream)
         return 130
+    except GraderLost as lost:  # the planner killed while it read the assignment
+        print(f"error: {lost}: nothing graded", file=stream)
+        return 1
 
 
 def _planned_batch(graders, paths, out, students, stream, report, regrade, entry):
@@ -142,7 +146,7 @@ def _graded_batch(graders, paths, owned, shown, out, students, stream, report, r
         records.write(ids.folder_of(out, one.name), "" if one.error else digests[one.name], one, sources[one.name])
         graded_now[one.name] = one
 
-    interrupted = None  # (the lock is held: see grade_command)
+    interrupted = 0  # (the lock is held: see grade_command); the exit code of a batch stopped halfway
     try:
         with tqdm(
             total=len(todo),
@@ -152,16 +156,17 @@ def _graded_batch(graders, paths, owned, shown, out, students, stream, report, r
             disable=len(todo) < 2 or not is_terminal(stream),
         ) as bar:  # a bar, with the time left: a TTY's
             graders.grade(todo, finished, bar.update)
-    except KeyboardInterrupt as stop:  # ^C, or SIGTERM (see _interruptible): what finished is kept
-        interrupted = str(stop) or "interrupted"
+    except (KeyboardInterrupt, GraderLost) as stop:  # ^C, SIGTERM (see _interruptible), a grader process killed:
+        interrupted = 1 if isinstance(stop, GraderLost) else 130  # what finished is kept
         print(
-            f"{interrupted}: graded {len(graded_now)}, {len(todo) - len(graded_now)} not graded; the same "
-            f"command grades the rest (what was graded is not graded again)",
+            f"{'error: ' * (interrupted == 1)}{str(stop) or 'interrupted'}: graded {len(graded_now)}, "
+            f"{len(todo) - len(graded_now)} not graded; the same command grades the rest (what was graded is not "
+            f"graded again)",
             file=stream,
         )
         names = [name for name in names if name in graded_now or kept.get(name) is not None]
         if not names:
-            return 130
+            return interrupted
     scores = [graded_now.get(name) or kept[name] for name in names]
     keys = {  # with a roster, a row is its student's: the platform's id, the same from any working folder
         name: owners[name].student
@@ -176,7 +181,7 @@ def _graded_batch(graders, paths, owned, shown, out, students, stream, report, r
             f"characters): {escape(', '.join(ascii(n) for n in sorted(alike)[:6]))}; the gradebook's notes say which",
             file=stream,
         )
-    code = _summarise(scores, names, graded_now, out, stream, report, 130 if interrupted else 0, keys, notes)
+    code = _summarise(scores, names, graded_now, out, stream, report, interrupted or 0, keys, notes)
     if students is not None:
         lms.write_roster_files(students, scores, owners, graders.plan.assignment, out, report)
     return code
@@ -301,32 +306,31 @@ def class_summary(scores, path):
 
 # ---- the graders -----------------------------------------------------------------------------------
 
-PRELOAD = "attention_core.grading.outputs.preload"  # what the fork server imports (the graders' side, torch with it)
+
+class GraderLost(RuntimeError):
+    """A grader process ended with submissions still to grade (killed): the batch keeps what finished."""
 
 
 class _Graders:
     """Where a batch's submissions are graded. In this process where torch is loaded already (a caller's own
     Python session) and one job is asked; otherwise in grader processes of their own, so that the command itself
-    never loads torch. With more than one job they are forked from multiprocessing's fork server, a fresh
-    interpreter that imports the grader's side (torch with it) once and runs nothing else, never this process (a
-    fork after torch ran parallel work can deadlock): a grader process costs a fork rather than an import of torch,
-    and the grader processes share torch's pages; one alone is spawned. Without torch here, the first grader
+    never loads torch. Those are forked from the batch's forking process (``forks.grader``), which imported torch
+    once for them and for their worker servers: a grader process costs a fork and the import of the grader's side,
+    never its own import of torch, and all of them share torch's pages. Without torch here, the first grader
     process (the planner) is started at once: it reads the assignment and sends its Plan while the command goes
-    on, then grades the first submission."""
+    on, then grades the first submission. Each process asks for its submissions one at a time over its link (see
+    ``graders.grader_process``), so a slow submission holds up only its own process."""
 
     def __init__(self, assignment, cases, options, entry, out, jobs):
         self.assignment, self.cases, self.options, self.entry = assignment, cases, options, entry
         self.out, self.jobs = out, jobs
         self.here = "torch" in sys.modules
-        # Several grader processes are forked from the fork server, sharing its pages; one is spawned (a fresh
-        # interpreter: a fork server's image beside it would cost memory that nothing shares).
-        if jobs > 1:
-            self.context = multiprocessing.get_context("forkserver")
-            self.context.set_forkserver_preload([PRELOAD])
-        else:
-            self.context = multiprocessing.get_context("spawn")
-        self.tasks, self.done = self.context.Queue(), self.context.Queue()
-        self.processes, self.closed, self.plan, self.chosen, self.items = [], False, None, None, None
+        self.processes: list = []  # (forks.Server, Link): each grader process and its link
+        self.ended: set = set()  # the links told there is nothing more (their end is no failure)
+        self.gone: set = set()  # the links whose process has ended
+        self.firsts: dict = {}  # link -> its first task, given at its first request (none reads ahead of it)
+        self.rest: collections.deque = collections.deque()
+        self.closed, self.plan, self.chosen, self.items = False, None, None, None
 
     def __enter__(self):
         if self.here:
@@ -335,12 +339,13 @@ class _Graders:
             self.plan, self.chosen, self.items = graders.plan(self.assignment, self.cases, self.options, self.entry)
             return self
         try:
-            self._start(None, planner=True)
-            _, self.plan, error = _next_done(self.done, self.processes)
+            self._start(planner=True)
+            _, (kind, read, error) = self._next()
             if error is not None:
                 raise RuntimeError(f"a grader process failed:\n{error}")
-            if not self.plan.problem:
-                forks.start()
+            if kind != "plan":
+                raise RuntimeError(f"a grader process sent {kind!r} before its plan")
+            self.plan = read
         except BaseException:
             self._close(finished=False)
             raise
@@ -349,32 +354,16 @@ class _Graders:
     def __exit__(self, *exc):
         self._close(finished=False)  # (where grading finished, it was closed then)
 
-    def _start(self, first, planner=False):
-        channel = forks.channel()  # its worker servers forked from the batch's one forking process
-        if not planner:
-            forks.start()  # (for the planner: once its plan says there is something to grade)
-        process = self.context.Process(
-            target=_grader_entry,
-            args=(
-                dict(os.environ),  # (the fork server's is the one it started with)
-                self.assignment,
-                self.cases,
-                self.options,
-                self.entry,
-                self.out,
-                planner,
-                first,
-                self.tasks,
-                self.done,
-                channel,
-            ),
-        )
+    def _start(self, planner):
+        process = forks.grader(*link_streams())
+        link = Link(process.ctl)
+        self.processes.append((process, link))
+        arguments = (self.assignment, self.cases, self.options, self.entry, self.out, planner)
         try:
-            with _safe_path():
-                process.start()
-        finally:
-            channel.close()  # (the process has its own copy)
-        self.processes.append(process)
+            begin(process.ctl, "attention_core.grading.outputs.graders", "forked", module_path())
+            link.put((dict(os.environ), arguments))  # (the batch's environment as it is now)
+        except OSError:  # it has ended already: told by _next
+            pass
 
     def grade(self, todo, finished, progress):
         """Grade ``todo`` ((path, id) pairs), handing each one's Scores to ``finished`` as soon as it is graded
@@ -387,84 +376,65 @@ class _Graders:
                     self.chosen, self.items, self.options, self.entry, todo, self.out, finished, progress
                 )
             return
-        # Each process is given its first submission (one reading ahead must not take the next process's
-        # first: the planner takes its own first from the queue, where nothing else reads yet), then they share
-        # one queue of the rest, so a slow submission holds up only its own process.
-        every = [(index, path, name) for index, (path, name) in enumerate(todo)]
-        jobs = max(min(self.jobs, len(todo)), len(self.processes))
-        givens = every[len(self.processes) : jobs]
-        for task in every[: len(self.processes)] + every[jobs:] + [None] * jobs:
-            self.tasks.put(task)
-        for first in givens:
-            self._start(first)
+        # Each process is given its first submission at its first request (one reading ahead must not take the
+        # next process's first), then they share the rest, in order.
+        self.rest = collections.deque((index, path, name) for index, (path, name) in enumerate(todo))
+        for _ in range(min(self.jobs, len(todo)) - len(self.processes)):
+            self._start(planner=False)
+        for _, link in self.processes:
+            self.firsts[link] = self.rest.popleft() if self.rest else None
+        left = len(todo)
         try:
-            for _ in todo:
-                index, score, error = _next_done(self.done, self.processes)
+            while left:
+                link, (index, score, error) = self._next()
                 if error is not None:
                     raise RuntimeError(f"a grader process failed:\n{error}")
-                finished(score)
-                progress()
+                if index == "next":
+                    task = self.firsts.pop(link) if link in self.firsts else None
+                    task = task if task is not None or not self.rest else self.rest.popleft()
+                    if task is None:
+                        self.ended.add(link)
+                    with contextlib.suppress(OSError):  # (one that has ended: told by _next)
+                        link.put(task)
+                else:
+                    finished(score)
+                    progress()
+                    left -= 1
         except BaseException:  # stopped (^C, SIGTERM) or failed: the processes end now, before the summary
             self._close(finished=False)
             raise
         self._close(finished=True)
 
+    def _next(self):
+        """(the link, its next message) from any grader process; a RuntimeError as soon as one has ended with
+        work still to do (the submissions it held would never be graded), or none is left to send one: GraderLost."""
+        while True:
+            live = [link for _, link in self.processes if link not in self.gone]
+            if not live:
+                raise GraderLost("no grader process is left to finish the batch")
+            for link in select.select(live, [], [])[0]:
+                try:
+                    return link, link.get()
+                except (EOFError, OSError):
+                    self.gone.add(link)
+                    if link not in self.ended:
+                        raise GraderLost(
+                            "a grader process ended before the batch did (killed: out of memory, or by a signal)"
+                        ) from None
+
     def _close(self, finished):
-        """End the grader processes: those that finished are waited for (each closes its worker server), the
-        others terminated."""
+        """End the grader processes: those that finished are told so and waited for (each closes its worker
+        server), the others terminated."""
         if self.closed:
             return
         self.closed = True
-        for process in self.processes:
+        for process, link in self.processes:
+            link.end()
             if not finished:
-                process.terminate()
+                process.send(signal.SIGTERM)
         # Each closes its worker server as it ends; stopped, a batch ends within seconds, whatever a process waits on
         # (one killed, its worker server reads the end of its socket and ends its children).
         deadline = time.monotonic() + (30.0 if finished else 1.5)
-        for process in self.processes:
-            process.join(timeout=max(deadline - time.monotonic(), 0.01))
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=5)
-
-
-@contextlib.contextmanager
-def _safe_path():
-    """PYTHONSAFEPATH for the interpreters multiprocessing starts now (a grader process, or the fork server): started
-    by ``python -c``, each would put the folder the batch runs in first on its module path while it imports
-    multiprocessing and the grader's side, so that a submission there named like a module (pickle.py, torch.py)
-    would be imported in a trusted process. Set for the start alone: this may be a caller's own session."""
-    before = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["PYTHONSAFEPATH"]
-        else:
-            os.environ["PYTHONSAFEPATH"] = before
-
-
-def _grader_entry(environ, *args):
-    """A grader process's start (forked from the fork server, where the grader's side is loaded with torch, or
-    spawned), in the batch's environment as it is now."""
-    os.environ.clear()
-    os.environ.update(environ)
-    from attention_core.grading.outputs import graders  # noqa: PLC0415
-
-    graders.grader_process(*args)
-
-
-def _next_done(done, processes):
-    """The next message on ``done``; a RuntimeError as soon as a grader process has died (the
-    submissions it held would never be graded), or none is left to send one."""
-    while True:
-        if any(p.exitcode not in (None, 0) for p in processes):
-            break
-        try:
-            return done.get(timeout=1.0)
-        except queue.Empty:
-            if not any(p.is_alive() for p in processes):
-                break
-    codes = ", ".join(str(p.exitcode) for p in processes)
-    raise RuntimeError(f"a grader process ended before the batch did (exit codes {codes})")
+        for process, link in self.processes:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            link.close()

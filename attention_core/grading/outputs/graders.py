@@ -5,8 +5,10 @@ This is where a batch loads torch: the batch command (batch.py) does not.
 """
 
 import collections
+import contextlib
 import ctypes
 import gc
+import os
 import signal
 import sys
 import traceback
@@ -17,6 +19,7 @@ from attention_core.grading.outputs import gradescope, records
 from attention_core.grading.outputs.plan import Plan
 from attention_core.grading.outputs.scores import Score, Scores
 from attention_core.grading.process import forks
+from attention_core.grading.process.link import Link
 from attention_core.grading.properties.model import is_property
 from attention_core.harness.checking import runner
 from attention_core.harness.reading.assignment import resolve
@@ -82,12 +85,26 @@ def grade_here(chosen, items, options, entry, todo, out, finished, progress):
             gc.unfreeze()
 
 
-def grader_process(assignment, cases, options, entry, out, planner, first, tasks, done, channel=None):
-    """A grader process: it reads the assignment (and, the ``planner``, sends its Plan to ``done`` as
-    ``("plan", Plan, None)``), then grades the task ``first`` ((index, path, name); the planner takes its
-    first from ``tasks``), then what it takes from ``tasks`` (None at the end), sending ``(index, Scores,
-    None)`` to ``done`` for each, or ``(None, None, traceback)`` should grading itself fail. ``channel``: the
-    batch's forking process, for its worker servers (forks.channel)."""
+def forked(sock, channel):
+    """A batch's grader process, just forked for it with torch imported (``forks.grader``): its environment and
+    arguments come on ``sock`` from the batch's command (see :func:`grader_process`); ``channel``: its own way to the
+    forking process, for its worker servers."""
+    link = Link(sock)
+    environ, args = link.get()
+    os.environ.clear()  # (the forking process's environment is its own)
+    os.environ.update(environ)
+    try:
+        grader_process(*args, link=link, channel=channel)
+    finally:
+        forks.close()
+
+
+def grader_process(assignment, cases, options, entry, out, planner, link, channel=None):
+    """A grader process: it reads the assignment (and, the ``planner``, sends its Plan on ``link`` as
+    ``("plan", Plan, None)``), then asks for submissions, one at a time (``("next", None, None)``, answered with
+    ``(index, path, name)``, or None or the link's end when there are no more), sending ``(index, Scores, None)``
+    for each, or ``(None, None, traceback)`` should grading itself fail. ``channel``: the batch's forking process,
+    for its worker servers."""
     taken = collections.deque()
     if channel is not None:
         forks.adopt(channel)
@@ -95,27 +112,33 @@ def grader_process(assignment, cases, options, entry, out, planner, first, tasks
     signal.signal(signal.SIGTERM, _end_quietly)
 
     def paths():
-        task = tasks.get() if planner else first
-        while task is not None:
+        while True:
+            link.put(("next", None, None))
+            try:
+                task = link.get()
+            except EOFError:
+                return
+            if task is None:
+                return
             taken.append(task)
             yield task[1]
-            task = tasks.get()
 
     try:
         read, chosen, items = plan(assignment, cases, options, entry)
         if planner:
-            done.put(("plan", read, None))
+            link.put(("plan", read, None))
         if chosen is None or read.problem:
             return
         with Grader(assignment=chosen, options=options, entry=entry, items=items) as grader:
             trim = _settled()
             for graded in grader.grade_each(paths()):
                 index, _, name = taken.popleft()
-                done.put((index, write(graded, name, out), None))
+                link.put((index, write(graded, name, out), None))
                 del graded
                 trim()
     except BaseException:  # noqa: BLE001 (the batch fails with it, in the parent)
-        done.put((None, None, traceback.format_exc()))
+        with contextlib.suppress(OSError):  # (a command that has ended reads nothing)
+            link.put((None, None, traceback.format_exc()))
     finally:  # its work is done (its Grader closed): a SIGTERM while the interpreter ends ends it, quietly
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

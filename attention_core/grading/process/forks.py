@@ -1,11 +1,11 @@
-"""Where worker servers come from: one process that imported torch once and forks a server for each grader.
+"""Where grader processes and worker servers come from: one process that imported torch once and forks them.
 
 ``worker.py`` is started once by exec in a fresh interpreter (``-I -S``, with only the folders torch is installed
-in added to its path, and an environment of its own): it serves no submission itself, and forks a server for each
-control socket it is sent. A server then costs a fork rather than an import of torch, and the servers forked from
-one process share torch's pages. A batch's command starts it (without loading torch itself) and hands each of its
-grader processes a channel of its own (:func:`channel`, :func:`adopt`); a process without one starts its own at its
-first server. It ends when the last channel to it closes.
+in added to its path, and an environment of its own): it serves no submission itself. It forks a server for each
+control socket it is sent, and a batch's grader processes: each then costs a fork rather than an import of torch,
+and all of them share torch's pages. A grader process forked there is given a channel of its own to it, for its
+servers (:func:`adopt`); a process without one (a caller's own session) starts its own at its first server. It ends
+when the last channel to it closes.
 
 Imports the standard library alone: the batch command, which loads no torch, starts it.
 """
@@ -64,6 +64,18 @@ class Server:
         except (AttributeError, OSError):  # no pid file descriptors here
             pass
 
+    def send(self, signum):
+        """Send it ``signum`` (nothing where it has ended)."""
+        if self._ended:
+            return
+        try:
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            else:
+                os.kill(self.pid, signum)
+        except ProcessLookupError:
+            pass
+
     def alive(self):
         if self._ended:
             return False
@@ -99,8 +111,7 @@ class _Forks:
         self._lock = threading.Lock()
         self._process = self._sock = self._key = None
         self._owner = 0  # the pid whose socket this is (a forked copy of this process starts its own)
-        self._forked = False  # whether the process it started has forked a server (for any process)
-        self._pending = []  # the far ends of channels made before it was started
+        self._forked = False  # whether the process it started has forked a server or a grader
 
     def _ready(self):
         """Start a forking process where this one has none running (none yet, a forked copy's, one ended, or one
@@ -113,19 +124,28 @@ class _Forks:
 
     def server(self):
         """A new server: a Server."""
+        return self._fork(b"s")
+
+    def grader(self, stdout, stderr):
+        """A new grader process, forked with torch imported and warm: a Server, whose socket is the grader's way to
+        its command (see ``graders.forked``). ``stdout`` and ``stderr``: the file descriptors it writes to."""
+        return self._fork(b"g", stdout, stderr)
+
+    def _fork(self, op, *fds):
+        """Ask the forking process for a process of kind ``op``, its end of a new socket pair sent with ``fds``."""
         with self._lock:
             for attempt in range(2):
                 self._ready()
                 ours, theirs = socket.socketpair()
                 try:
-                    socket.send_fds(self._sock, [b"s"], [theirs.fileno()])
+                    socket.send_fds(self._sock, [op], [theirs.fileno(), *fds])
                     pid = int.from_bytes(_received(self._sock, 8), "big")
                     self._forked = True
                 except OSError as err:
                     ours.close()
                     self._close()  # (a channel whose process has gone: this process starts its own)
                     if attempt:
-                        raise WorkerError(f"no grading server could be started: {err}") from None
+                        raise WorkerError(f"no grading process could be started: {err}") from None
                     continue
                 finally:
                     theirs.close()
@@ -133,32 +153,14 @@ class _Forks:
                 return Server(pid, ours)
         raise AssertionError  # (unreachable)
 
-    def channel(self):
-        """A channel of its own to the forking process, for another process to :func:`adopt`. It reaches the
-        forking process at once where that runs already, else at :func:`start` (what is asked on it waits)."""
-        with self._lock:
-            ours, theirs = socket.socketpair()
-            self._pending.append(theirs)
-            if self._sock is not None and self._owner == os.getpid():
-                self._send_pending()
-            return ours
-
     def start(self):
-        """Start the forking process (where it does not run) and send it the channels made for it."""
+        """Start the forking process where it does not run (its import of torch under way while this process goes
+        on)."""
         with self._lock:
             self._ready()
-            self._send_pending()
-
-    def _send_pending(self):
-        while self._pending:
-            theirs = self._pending.pop(0)
-            try:
-                socket.send_fds(self._sock, [b"c"], [theirs.fileno()])
-            finally:
-                theirs.close()
 
     def adopt(self, sock):
-        """Use ``sock`` (a :func:`channel` made by another process) for this process's servers."""
+        """Use ``sock`` (a channel to another process's forking process) for this process's servers."""
         with self._lock:
             self._close()
             sock.settimeout(120)  # the first server waits for the import of torch
@@ -193,8 +195,6 @@ class _Forks:
 
     def close(self):
         with self._lock:
-            while self._pending:  # (never sent: their holders find no one at the other end)
-                self._pending.pop().close()
             self._close()
 
 
@@ -210,4 +210,4 @@ def _received(sock, size):
 
 _FORKS = _Forks()
 atexit.register(_FORKS.close)
-server, channel, start, adopt, close = _FORKS.server, _FORKS.channel, _FORKS.start, _FORKS.adopt, _FORKS.close
+server, grader, start, adopt, close = _FORKS.server, _FORKS.grader, _FORKS.start, _FORKS.adopt, _FORKS.close

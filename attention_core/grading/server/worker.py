@@ -59,7 +59,10 @@ def serve(ctl, wire, sandbox):
     # guard pid -> (inner pid, status pipe, the inner's end if already read); name -> tensor
     children, shared = {}, {}
     while True:
-        request, fds = receive_request(ctl, wire)
+        try:
+            request, fds = receive_request(ctl, wire)
+        except OSError:  # its grader has gone (killed): as at the end of its socket
+            request, fds = None, []
         if request is None:
             break
         op = request["op"]
@@ -75,7 +78,10 @@ def serve(ctl, wire, sandbox):
             reply = {"modules": sorted(sys.modules)}
         else:
             reply = {"error": f"unknown request {op!r}"}
-        ctl.sendall(wire.encode(reply))
+        try:
+            ctl.sendall(wire.encode(reply))
+        except OSError:  # its grader has gone while it worked
+            break
     for pid, child in children.items():
         reap(sandbox, pid, *child)
     for name in LEFT:  # a submission's last processes may have taken a while to be gone
@@ -185,6 +191,7 @@ def kill(pid):
 
 def guard_main(request, fds, ctl, wire, sandbox, shared, status_w, server):
     """The guard: enter the namespaces, fork the inner process, report its pid, wait."""
+    name("ac-guard")
     os.setsid()
     ctl.close()
     close_other_fds({0, 1, 2, *fds, status_w})  # e.g. another submission's status pipe, open in the server
@@ -196,6 +203,7 @@ def guard_main(request, fds, ctl, wire, sandbox, shared, status_w, server):
     inner = os.fork()
     if inner == 0:
         try:
+            name("submission")
             os.setsid()  # the submission's own session (its CPU share), before the sandbox refuses another
             refused = None
             if plan:
@@ -328,18 +336,25 @@ def fork_servers(forks, wire, sandbox):
     while channels:
         for channel in select.select(channels, [], [])[0]:
             try:
-                data, fds, _, _ = socket.recv_fds(channel, 1, 1)
+                data, fds, _, _ = socket.recv_fds(channel, 1, 3)
             except OSError:
                 data, fds = b"", []
             if data == b"c" and len(fds) == 1:
                 channels.append(socket.socket(fileno=fds[0]))
-            elif data == b"s" and len(fds) == 1:
+            elif (data, len(fds)) in ((b"s", 1), (b"g", 3)):
+                own = socket.socketpair() if data == b"g" else ()  # a grader's channel here, for its servers
                 pid = os.fork()
                 if pid == 0:
-                    for each in channels:  # a server (and its children) holds no way to ask for more servers
+                    for each in (*channels, *own[:1]):  # a server (and its children) holds no way to ask for more
                         each.close()
-                    forked_server(fds[0], wire, sandbox)
-                os.close(fds[0])
+                    if data == b"s":
+                        forked_server(fds[0], wire, sandbox)
+                    forked_grader(fds, own[1], wire)
+                for fd in fds:
+                    os.close(fd)
+                if own:
+                    own[1].close()
+                    channels.append(own[0])
                 try:
                     channel.sendall(pid.to_bytes(8, "big"))
                 except OSError:
@@ -355,6 +370,7 @@ def fork_servers(forks, wire, sandbox):
 def forked_server(fd, wire, sandbox):
     """A server just forked: serve the control socket ``fd``, then exit."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    name("ac-server")
     global SERVER
     SERVER = os.urandom(6).hex()  # its own, not the forking process's
     CGROUPS.remove_stale()
@@ -364,11 +380,59 @@ def forked_server(fd, wire, sandbox):
     os._exit(0)
 
 
+def forked_grader(fds, forks, wire):
+    """A batch's grader process just forked, torch imported and warm: ``fds`` its socket to the batch's command,
+    the command's stdout and stderr; ``forks`` its own channel here, for its servers. The command sends where its
+    modules are and which function to run (JSON); that function is given the two sockets; then it exits."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (SIGINT stays ignored: the command handles ^C)
+    sock_fd, out_fd, err_fd = fds
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+    name("ac-grader")
+    code = 70
+    try:
+        sock = socket.socket(fileno=sock_fd)
+        size = wire.read_exact(sock, 8)
+        start = json.loads(wire.read_exact(sock, int.from_bytes(size, "big")) if size else b"null")
+        if start is None:  # the command ended before it said what to run
+            return
+        os.chdir(start["cwd"])
+        sys.path[:] = start["path"] + [p for p in sys.path if p not in start["path"]]
+        module = importlib.import_module(start["module"])
+        getattr(module, start["function"])(sock, forks)
+        code = 0
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else 1
+    except BaseException:  # noqa: BLE001 (told on the command's stderr)
+        import traceback  # noqa: PLC0415
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110
+                pass
+        os._exit(code)
+
+
+def name(text):
+    """Name this process (its ``comm``, as ps and /proc show it): the batch's processes told apart."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(text)
+    except OSError:
+        pass
+
+
 def main(argv):
     forks_fd, site_dirs = int(argv[1]), argv[2:]
     sys.path.extend(d for d in site_dirs if d not in sys.path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader handles ^C and closes us
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    name("ac-forks")
     global INSTANCES, CGROUPS, CHILD
     wire = load("wire")  # imports torch
     sandbox, CGROUPS, CHILD = load("sandbox"), load("cgroups"), load("child")
