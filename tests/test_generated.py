@@ -269,3 +269,29 @@ def test_a_reference_s_mistakes_are_made_once_in_a_process_and_again_for_a_chang
         generated.generate(chosen, source=changed + f"# edit {edit}\n")
     generated.generate(chosen, source=source)
     assert len(made) == 3 + generated._SOURCES_KEPT  # the first source's were dropped: made again
+
+
+@pytest.mark.grading
+def test_a_mistake_s_results_that_no_expectation_reads_are_kept_as_their_shape_alone(tmp_path):
+    """The diagnosis keeps each mistake's results on a check for the batch (the next student with the same wrong
+    values is named without running it again): a result no expectation of the check reads (attention's weights,
+    where only its output is checked) is kept as its shape, as a student's own reply is, not its values."""
+    import torch  # noqa: PLC0415
+
+    from attention_core.grading.naming import mutants  # noqa: PLC0415
+
+    (unscaled,) = [m for m in mutants.MUTANTS if m.name == "no_scale"]
+    path = tmp_path / "unscaled.py"
+    path.write_text(mutants.submission_source(unscaled), encoding="utf-8")
+    with Grader() as grader:
+        graded = grader.grade(path)
+        entries = list(grader.diagnoser._results._entries.items())
+    assert any(g.mistakes for g in graded.grades)  # (named: the mistakes ran)
+    unread = [
+        value
+        for (item, _, _), (found, _) in entries
+        if isinstance(found, dict)
+        for name, value in found.items()
+        if isinstance(value, torch.Tensor) and name not in item.check.read_names()
+    ]
+    assert unread and all(value.device.type == "meta" for value in unread)

@@ -228,3 +228,37 @@ def test_a_large_comparison_decides_exactly_as_the_float64_rule_at_every_step_ar
                 if not tolerances and steps < 0 and picked is meets:
                     assert compare._within(one, *bounds)  # the bounds, not the float64 rule, accepted it
                 assert (compare.compare_full(one, expected, **tolerances) is None) == rule, (sign, steps)
+
+
+def test_a_failed_large_comparison_keeps_only_its_compared_values_and_allowance_and_reports_the_same():
+    """A failed comparison of millions of elements keeps, until its report is read, what the report and the
+    pictures need (the compared values, the expected ones, the allowance), not its temporaries (the differences,
+    their ratios, the mismatch mask): a grader holds such failures for a whole submission, and caches some."""
+    g = torch.Generator().manual_seed(5)
+    expected = torch.randn(4, compare.LARGE, generator=g, dtype=torch.float64)
+    actual = (expected * (1 + 1e-3 * torch.randn(expected.shape, generator=g, dtype=torch.float64))).float()
+    mismatch = compare.compare_full(actual, expected)
+    held = {
+        cell.cell_contents.untyped_storage().data_ptr()
+        for cell in mismatch.report.__closure__
+        if isinstance(cell.cell_contents, torch.Tensor)
+    }
+    own = {t.untyped_storage().data_ptr() for t in (mismatch.actual, mismatch.expected, mismatch.allowed)}
+    assert held <= own
+    again = compare.compare_full(actual, expected)  # the same comparison reported at once
+    assert mismatch.message == again.message and "Mismatched elements:" in mismatch.message
+    assert mismatch.index == again.index and mismatch.ratio == again.ratio > 1
+
+
+def test_a_cache_of_failed_results_counts_what_their_failures_keep():
+    from attention_core.grading.naming.kept import Kept, nbytes  # noqa: PLC0415
+    from attention_core.harness.checking.results import Failure, Result, Status  # noqa: PLC0415
+
+    expected = torch.zeros(compare.LARGE, dtype=torch.float64)
+    failed = compare.compare_full(torch.ones(compare.LARGE), expected)
+    result = Result(Status.FAILED, "c", "f.yaml:1", failures=(Failure("out", 1, failed, (compare.LARGE,)),))
+    assert nbytes(result) >= failed.actual.numel() * 8  # (empty outputs: the failure's own values counted)
+    cache = Kept(most_bytes=nbytes(result) * 2)
+    for key in range(4):
+        cache.get(key, lambda: result)
+    assert len(cache) == 2 and cache.bytes <= cache.most_bytes

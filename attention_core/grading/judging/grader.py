@@ -97,7 +97,7 @@ class Grader(BackwardChecks, PropertyGrades):
         self._call_texts: dict = {}  # check -> the call as the student's function sees it
         # (check, the reply's bytes[, "backward"]) -> the Result they gave: judged once, held to a size
         self._judged = Kept(JUDGED_BYTES, JUDGED_ENTRIES)
-        self._reads = {i: _read_results(i.check) for i in self.items if i.error is None}  # the results each reads
+        self._reads = {i: i.check.read_results() for i in self.items if i.error is None}  # the results each reads
         self._differentiable: dict = {}
         self._sliced: dict = {}  # per check, for the batch: see their uses
         self._bounds: dict = {}  # check -> the most bytes its reply may have (see _reply_bound)
@@ -528,14 +528,6 @@ def points_command(assignment, options, out=None):
 def _said(err):
     """An exception in one line, within 200 characters of its text."""
     return f"{type(err).__name__}: {shorten(str(err), 200)}"
-
-
-def _read_results(check):
-    """The positions of the results a check's expectations read (by name or in an expression)."""
-    read = set()
-    for expectation in check.expectations:
-        read |= {expectation.target} | set(expectation.expr.names)
-    return [i for i, name in enumerate(check.returns) if name in read]
 
 
 class Chores:

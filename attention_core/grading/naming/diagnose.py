@@ -249,8 +249,9 @@ class Diagnoser:
                 warnings.simplefilter("ignore")
                 base = self.reference_functions or runner.REFERENCE  # (a teacher's own mistakes: their reference)
                 found = runner.outputs(item, functions={**base, **mutant.functions}, preparation=preparation)
-            if isinstance(found, dict):  # (their values are compared: no autograd graph is kept with them)
-                return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in found.items()}
+            if isinstance(found, dict):  # (their values are compared: no autograd graph is kept with them; a result
+                read = item.check.read_names()  # no expectation reads is kept as its shape alone, as a student's is)
+                return {k: _kept(v, k in read) for k, v in found.items()}
             return found
 
         return self._results.get((item, mutant.name, preparation), run)
@@ -376,6 +377,12 @@ class _FirstEntry(runner.Preparation):
         except Exception:  # noqa: BLE001 (the run reports a case mistake)
             return False
         return any(t.numel() > LARGE for t in wire.tensors_in([args, kwargs]))
+
+
+def _kept(value, read):
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.detach() if read else torch.empty_like(value, device="meta")
 
 
 def leading_slice(value, limit):

@@ -3,6 +3,8 @@ of replies already judged) stays within a known memory, however many submissions
 
 from collections import OrderedDict
 
+import torch
+
 from attention_core.grading.server import wire
 
 
@@ -34,6 +36,16 @@ class Kept:
 
 
 def nbytes(value):
-    """The bytes of the tensors ``value`` holds (nested in dicts, lists and tuples), or a Result's ``outputs``."""
+    """The bytes of the tensors ``value`` holds (nested in dicts, lists and tuples), or a Result's: its ``outputs``
+    and what its failures keep of their own (the compared values and their allowance; not the expected values,
+    which the check holds)."""
     outputs = getattr(value, "outputs", None)
-    return wire.nbytes(outputs if isinstance(outputs, dict) else value)
+    if not isinstance(outputs, dict):
+        return wire.nbytes(value)
+    kept = [getattr(f.mismatch, name, None) for f in value.failures for name in ("actual", "allowed", "positions")]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept if _on_cpu(t)}
+    return wire.nbytes(outputs) + sum(storages.values())
+
+
+def _on_cpu(value):
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu"

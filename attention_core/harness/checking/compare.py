@@ -92,11 +92,12 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
         )
     if problem is not None:
         return problem
-    expected, allowed, finite, bounds = _prepared(expected, actual.dtype, rtol, atol, kept)
+    expected, allowance, finite, bounds = _prepared(expected, actual.dtype, rtol, atol, kept)
     if bounds is not None and actual.device.type == "cpu" and _within(actual.detach().reshape(-1), *bounds):
         return None  # every element inside bounds that the float64 comparison below accepts
     shape = tuple(actual.shape)
-    return compare_values(actual.detach().to("cpu", torch.float64).reshape(-1), expected, allowed, shape, finite=finite)
+    actual = actual.detach().to("cpu", torch.float64).reshape(-1)
+    return compare_values(actual, expected, allowance(), shape, finite=finite)
 
 
 _PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(dtype, rtol, atol, version): prepared}
@@ -104,16 +105,19 @@ LARGE = 1 << 16  # elements from which an expected tensor's preparation is kept 
 
 
 def _prepared(expected, dtype, rtol, atol, kept=True):
-    """(expected as float64 (N,), its allowance, whether it is all finite, bounds in ``dtype`` or None);
-    kept while a large ``expected`` lives (grading compares every submission against the same one).
-    Bounds are made at a large tensor's second comparison: they repay their cost over several."""
+    """(expected as float64 (N,), what makes its allowance, whether it is all finite, bounds in ``dtype`` or None);
+    kept while a large ``expected`` lives (grading compares every submission against the same one). Bounds are
+    made at a large tensor's second comparison: they repay their cost over several. Its allowance is not kept
+    (as large as the expected tensor in float64, and cheap to make): only a comparison that the bounds leave
+    open makes it."""
 
-    def make():
-        flat = expected.to(torch.float64).reshape(-1)
-        return [flat, tolerance.full_allowance(flat, dtype, rtol, atol), bool(torch.isfinite(flat).all()), None]
+    def allowance(flat):
+        return lambda: tolerance.full_allowance(flat, dtype, rtol, atol)
 
     if expected.numel() < LARGE or not kept:
-        return make()
+        flat = expected.to(torch.float64).reshape(-1)
+        allowed = tolerance.full_allowance(flat, dtype, rtol, atol)
+        return flat, lambda: allowed, bool(torch.isfinite(flat).all()), None
     key = (dtype, rtol, atol, expected._version)
     known = _PREPARED.get(id(expected))
     if known is None:
@@ -121,10 +125,12 @@ def _prepared(expected, dtype, rtol, atol, kept=True):
         weakref.finalize(expected, _PREPARED.pop, id(expected), None)
     if key not in known:
         known.clear()
-        known[key] = make()
-    elif known[key][3] is None and known[key][2] and dtype in _NEXT:
-        known[key][3] = _bounds(*known[key][:2], dtype)
-    return known[key]
+        flat = expected.to(torch.float64).reshape(-1)
+        known[key] = [flat, bool(torch.isfinite(flat).all()), None]
+    elif known[key][2] is None and known[key][1] and dtype in _NEXT:
+        known[key][2] = _bounds(known[key][0], allowance(known[key][0])(), dtype)
+    flat, finite, bounds = known[key]
+    return flat, allowance(flat), finite, bounds
 
 
 _NEXT = {torch.float32, torch.float64}  # the dtypes torch.nextafter steps in
@@ -246,8 +252,30 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     finite = bool(torch.isfinite(expected).all()) if finite is None else finite
     if finite and every(lambda a, e, w: (a - e).abs() <= w, actual, expected, allowed):
         return None  # the usual case (NaN and inf differences compare False)
-    # What follows makes few temporaries of the full size: a failed comparison of millions of
-    # elements is reported too (the worst elements, the greatest differences).
+    diff, allowed, bad, ratio = _differences(actual, expected, allowed, finite)
+    if not bad.any():
+        return None
+    positions = index if isinstance(index, torch.Tensor) else None
+    index = index if positions is not None else _Every(index)
+    worst = int(ratio.argmax())
+    worst_index = tuple(int(i) for i in index[worst])
+    return Mismatch(
+        "values",
+        lambda: _values_report(actual, expected, allowed, index, finite),
+        index=worst_index,
+        ratio=float(ratio[worst]),
+        actual=actual,
+        expected=expected,
+        allowed=allowed,
+        positions=positions,
+    )
+
+
+def _differences(actual, expected, allowed, finite):
+    """(|actual - expected|, the allowance at its shape, where it is a mismatch, |diff| / allowed there and 0
+    elsewhere), NaN matching NaN and an infinity only itself. Made for the verdict, and made again from the
+    same three for the report (which is read once, later): a comparison of millions of elements that fails
+    keeps none of its temporaries (the same allowance given again gives the same four)."""
     diff = torch.sub(actual, expected).abs_()
     close = diff <= allowed
     allowed = torch.as_tensor(allowed, dtype=torch.float64)
@@ -264,28 +292,13 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
         allowed = torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
         bad = diff > allowed
         divisor = allowed.clamp(min=1e-300)
-    if not bad.any():
-        return None
-    positions = index if isinstance(index, torch.Tensor) else None
-    index = index if positions is not None else _Every(index)
-    ratio = torch.div(diff, divisor).masked_fill_(~bad, 0.0)  # |diff| / allowed where bad, else 0
-    worst = int(ratio.argmax())
-    worst_index = tuple(int(i) for i in index[worst])
-    return Mismatch(
-        "values",
-        lambda: _values_report(actual, expected, diff, allowed, bad, ratio, index, finite),
-        index=worst_index,
-        ratio=float(ratio[worst]),
-        actual=actual,
-        expected=expected,
-        allowed=allowed,
-        positions=positions,
-    )
+    ratio = torch.div(diff, divisor).masked_fill_(~bad, 0.0)
+    return diff, allowed, bad, ratio
 
 
-def _values_report(actual, expected, diff, allowed, bad, ratio, index, finite=False):
-    """The report's text; ``ratio`` is |diff| / allowed where ``bad`` (always above 0 there), else 0;
-    ``finite``: every expected value is known to be finite."""
+def _values_report(actual, expected, allowed, index, finite=False):
+    """The report's text (see :func:`_differences`); ``finite``: every expected value is known to be finite."""
+    diff, allowed, bad, ratio = _differences(actual, expected, allowed, finite)
     n_bad, n = int(bad.sum()), diff.numel()
     abs_at = int((diff if n_bad == n else diff.masked_fill(~bad, -1.0)).argmax())
     # Relative to a non-zero expected value only: against 0 every difference is infinitely large.

@@ -386,6 +386,18 @@ class _Check(Node):
         """The expectations, in the order written."""
         return tuple(self.expect.values())
 
+    def read_names(self):
+        """The names its expectations read: their targets and the names in their expressions."""
+        read = set()
+        for expectation in self.expectations:
+            read |= {expectation.target} | set(expectation.expr.names)
+        return read
+
+    def read_results(self):
+        """The positions in ``returns`` of the results its expectations read (by name or in an expression)."""
+        read = self.read_names()
+        return [i for i, name in enumerate(self.returns or ()) if name in read]
+
 
 class CallCheck(_Check):
     """``call: attention(q, k, v)``: one spec function, graded."""
