@@ -252,23 +252,43 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     finite = bool(torch.isfinite(expected).all()) if finite is None else finite
     if finite and every(lambda a, e, w: (a - e).abs() <= w, actual, expected, allowed):
         return None  # the usual case (NaN and inf differences compare False)
-    diff, allowed, bad, ratio = _differences(actual, expected, allowed, finite)
-    if not bad.any():
+    worst, most = _worst_of(actual, expected, allowed, finite)
+    if worst is None:
         return None
+    allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(actual.shape)
+    if not finite:  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
+        allowed = torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
     positions = index if isinstance(index, torch.Tensor) else None
     index = index if positions is not None else _Every(index)
-    worst = int(ratio.argmax())
-    worst_index = tuple(int(i) for i in index[worst])
     return Mismatch(
         "values",
         lambda: _values_report(actual, expected, allowed, index, finite),
-        index=worst_index,
-        ratio=float(ratio[worst]),
+        index=tuple(int(i) for i in index[worst]),
+        ratio=most,
         actual=actual,
         expected=expected,
         allowed=allowed,
         positions=positions,
     )
+
+
+def _worst_of(actual, expected, allowed, finite):
+    """(the position of the greatest |diff| / allowed among the mismatches, the first where several are as great;
+    that ratio), or (None, 0.0) where nothing is a mismatch. Block by block: a failed comparison of millions of
+    elements makes temporaries of a block's size, not of its own."""
+    n = actual.numel()
+    allowed = torch.as_tensor(allowed, dtype=torch.float64)
+    worst, most = None, 0.0
+    for start in range(0, max(n, 1), BLOCK):
+        block = slice(start, start + BLOCK)
+        _, _, bad, ratio = _differences(
+            actual[block], expected[block], allowed[block] if allowed.ndim else allowed, finite
+        )
+        if bool(bad.any()):
+            at = int(ratio.argmax())
+            if worst is None or float(ratio[at]) > most:
+                worst, most = start + at, float(ratio[at])
+    return worst, most
 
 
 def _differences(actual, expected, allowed, finite):
