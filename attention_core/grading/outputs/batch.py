@@ -2,8 +2,8 @@
 
 With ``--jobs N`` (N > 1) the batch is graded by N grader processes, each with its own worker
 server: a grader's own work (evaluating, comparing, drawing) is Python that one process runs on
-one core at a time. They take submissions from one queue; each writes its submissions' files and
-sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
+one core at a time. Each asks the command for its next submission when it is ready for one; each writes its
+submissions' files and sends back their scores alone. Each grades one ahead (``Grader.grade_each``).
 """
 
 import collections

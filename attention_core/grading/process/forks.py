@@ -153,12 +153,6 @@ class _Forks:
                 return Server(pid, ours)
         raise AssertionError  # (unreachable)
 
-    def start(self):
-        """Start the forking process where it does not run (its import of torch under way while this process goes
-        on)."""
-        with self._lock:
-            self._ready()
-
     def adopt(self, sock):
         """Use ``sock`` (a channel to another process's forking process) for this process's servers."""
         with self._lock:
@@ -210,4 +204,4 @@ def _received(sock, size):
 
 _FORKS = _Forks()
 atexit.register(_FORKS.close)
-server, grader, start, adopt, close = _FORKS.server, _FORKS.grader, _FORKS.start, _FORKS.adopt, _FORKS.close
+server, grader, adopt, close = _FORKS.server, _FORKS.grader, _FORKS.adopt, _FORKS.close

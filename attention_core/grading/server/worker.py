@@ -328,9 +328,9 @@ def warm_up(torch):
 
 
 def fork_servers(forks, wire, sandbox):
-    """Serve ``forks`` and the channels sent on it: ``s`` with a control socket forks a server for it (the reply:
-    its pid, 8 bytes); ``c`` with a socket makes that socket another channel (another process's). Ends when the
-    last channel ends."""
+    """Serve ``forks`` and the channels made here: ``s`` with a control socket forks a server for it; ``g`` with a
+    socket to a batch's command and the command's stdout and stderr forks a grader process, given a channel of its
+    own here (the reply to each: the pid, 8 bytes). Ends when the last channel ends."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the servers that end are reaped by the kernel
     channels = [forks]
     while channels:
@@ -339,9 +339,7 @@ def fork_servers(forks, wire, sandbox):
                 data, fds, _, _ = socket.recv_fds(channel, 1, 3)
             except OSError:
                 data, fds = b"", []
-            if data == b"c" and len(fds) == 1:
-                channels.append(socket.socket(fileno=fds[0]))
-            elif (data, len(fds)) in ((b"s", 1), (b"g", 3)):
+            if (data, len(fds)) in ((b"s", 1), (b"g", 3)):
                 own = socket.socketpair() if data == b"g" else ()  # a grader's channel here, for its servers
                 pid = os.fork()
                 if pid == 0:
