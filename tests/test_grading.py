@@ -234,6 +234,48 @@ def test_the_batch_command_grades_without_loading_torch_itself(tmp_path):
 
 
 @pytest.mark.grading
+def test_a_reference_that_imports_a_package_installed_through_a_pth_hook_is_graded(tmp_path):
+    """A teacher's reference may import their own package, installed in editable mode (setuptools installs a
+    finder from a .pth file that the interpreter runs at its start): the grader processes, forked from a
+    process that read no .pth file, read the command's site folders' as the command's interpreter did."""
+    import shutil  # noqa: PLC0415
+
+    site_packages = tmp_path / "lib" / "site-packages"
+    site_packages.mkdir(parents=True)
+    (site_packages / "coursehook.py").write_text(
+        "import importlib.abc, importlib.util, sys\n"
+        "class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        return importlib.util.spec_from_loader(name, self) if name == 'coursehelp' else None\n"
+        "    def create_module(self, spec):\n"
+        "        return None\n"
+        "    def exec_module(self, module):\n"
+        "        module.FOUND = True\n"
+        "def install():\n"
+        "    sys.meta_path.append(_Finder())\n"
+    )
+    (site_packages / "coursehook.pth").write_text("import coursehook; coursehook.install()\n")
+    assignment = tmp_path / "assignment"
+    shutil.copytree(HEAD, assignment, ignore=shutil.ignore_patterns("__pycache__", "submissions"))
+    text = (assignment / "reference.py").read_text()
+    (assignment / "reference.py").write_text(text.replace("import torch\n", "import coursehelp\nimport torch\n", 1))
+    script = (
+        "import site, sys\n"
+        f"site.addsitedir({str(site_packages)!r})\n"
+        "from attention_core import cli\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    submission = HEAD / "submissions" / "correct.py"
+    command = [sys.executable, "-c", script, "grade", "--assignment", str(assignment), "--property-points", "0"]
+    run = subprocess.run(
+        [*command, str(submission), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads((folder(tmp_path / "out", "correct") / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == results["max_score"] > 0
+
+
+@pytest.mark.grading
 def test_a_batch_s_grader_processes_read_its_environment_as_it_is_when_it_starts(tmp_path, monkeypatch):
     """Grader processes are forked from a forking process that outlives a batch in a caller's session (started
     with the environment of its first batch, and keeping its own): a setting made since then still reaches the next

@@ -268,3 +268,18 @@ def test_a_cache_of_failed_results_counts_what_their_failures_keep():
     for key in range(4):
         cache.get(key, lambda: result)
     assert len(cache) == 2 and cache.bytes <= cache.most_bytes
+
+
+def test_a_nan_in_a_large_comparison_s_allowance_hides_no_mismatch_further_on():
+    """The worst element is found block by block, each block in the branch the whole comparison takes: a NaN
+    allowance (no allowance) early on, where the value matches, and a NaN result in a later block: the NaN result is
+    the worst (its difference is infinite), as one pass over the whole finds it."""
+    n = 3 * compare.BLOCK + 1
+    expected = torch.linspace(-1.0, 1.0, n, dtype=torch.float64)
+    actual = expected.clone()
+    actual[n - 3] = float("nan")
+    allowed = torch.full((n,), 1e-5, dtype=torch.float64)
+    allowed[7] = float("nan")
+    mismatch = compare.compare_values(actual, expected, allowed, (n,), finite=True)
+    assert mismatch.index == (n - 3,) and mismatch.ratio == math.inf
+    assert "Mismatched elements: 1 / " in mismatch.message

@@ -882,3 +882,34 @@ def test_a_submission_that_only_sleeps_ends_within_its_budget_of_wall_clock_time
     assert outcomes[0].status == "ok" and outcomes[-1].status == "timeout"
     assert "time budget of 1 s is spent" in outcomes[-1].message
     assert time.monotonic() - start < 1.0 + 0.5  # the budget's wall-clock time, and the grader's own
+
+
+def test_a_request_for_a_process_stopped_while_it_waits_leaves_no_reply_for_the_next(monkeypatch):
+    """^C while a process waits for the forking process's reply (a pid) must not leave that reply to be read as
+    the next request's: the next server would be known by another's pid (signals and waits sent astray)."""
+    from attention_core.grading.process import forks  # noqa: PLC0415
+
+    own = forks._Forks()
+    received, asked = forks._received, []
+
+    def stopped_once(sock, size):
+        if not asked:
+            asked.append(size)
+            raise KeyboardInterrupt
+        return received(sock, size)
+
+    monkeypatch.setattr(forks, "_received", stopped_once)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            own.server()
+        server = own.server()
+        try:
+            time.sleep(0.5)  # (the first request's server has read the end of its socket by now, and ended)
+            assert server.alive()
+            with open(f"/proc/{server.pid}/comm") as comm:
+                assert comm.read().strip() == "ac-server"
+        finally:
+            server.ctl.close()
+            server.wait(10)
+    finally:
+        own.close()

@@ -134,7 +134,7 @@ class Grader(BackwardChecks, PropertyGrades):
         process up (its sandbox built; nothing of the submission runs before its turn) and collects
         the one before, while the caller writes out: that work goes on beside
         the grader's own rather than between submissions. The next path is not read any earlier, so
-        that grader processes sharing one queue take a submission only when about to grade it.
+        that grader processes sharing a batch ask for a submission only when about to grade it.
         """
         paths = iter(paths)
         upcoming = None  # (path, the future of its set-up): the next submission

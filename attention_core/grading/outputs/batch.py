@@ -326,7 +326,8 @@ class _Graders:
         self.out, self.jobs = out, jobs
         self.here = "torch" in sys.modules
         self.processes: list = []  # (forks.Server, Link): each grader process and its link
-        self.ended: set = set()  # the links told there is nothing more (their end is no failure)
+        self.ended: set = set()  # the links told there is nothing more
+        self.owed: collections.Counter = collections.Counter()  # link -> submissions given, not yet sent back
         self.gone: set = set()  # the links whose process has ended
         self.firsts: dict = {}  # link -> its first task, given at its first request (none reads ahead of it)
         self.rest: collections.deque = collections.deque()
@@ -355,7 +356,8 @@ class _Graders:
         self._close(finished=False)  # (where grading finished, it was closed then)
 
     def _start(self, planner):
-        process = forks.grader(*link_streams())
+        with link_streams() as (stdout, stderr):
+            process = forks.grader(stdout, stderr)
         link = Link(process.ctl)
         self.processes.append((process, link))
         arguments = (self.assignment, self.cases, self.options, self.entry, self.out, planner)
@@ -394,9 +396,12 @@ class _Graders:
                     task = task if task is not None or not self.rest else self.rest.popleft()
                     if task is None:
                         self.ended.add(link)
+                    else:
+                        self.owed[link] += 1
                     with contextlib.suppress(OSError):  # (one that has ended: told by _next)
                         link.put(task)
                 else:
+                    self.owed[link] -= 1
                     finished(score)
                     progress()
                     left -= 1
@@ -417,7 +422,7 @@ class _Graders:
                     return link, link.get()
                 except (EOFError, OSError):
                     self.gone.add(link)
-                    if link not in self.ended:
+                    if link not in self.ended or self.owed[link] > 0:  # (told there is no more, and all sent)
                         raise GraderLost(
                             "a grader process ended before the batch did (killed: out of memory, or by a signal)"
                         ) from None

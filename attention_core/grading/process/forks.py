@@ -147,6 +147,10 @@ class _Forks:
                     if attempt:
                         raise WorkerError(f"no grading process could be started: {err}") from None
                     continue
+                except BaseException:  # stopped (^C) while it waited: its reply would be read as the next one's
+                    ours.close()
+                    self._close()
+                    raise
                 finally:
                     theirs.close()
                 ours.settimeout(120)

@@ -7,6 +7,7 @@ imported, ``worker.py``) needs to import the grader's side: the command's folder
 Imports the standard library alone: the batch command, which loads no torch, uses it.
 """
 
+import contextlib
 import json
 import os
 import pickle
@@ -55,22 +56,35 @@ class Link:
 
 
 def begin(sock: socket.socket, module: str, function: str, path: list[str]) -> None:
-    """Tell a grader process just forked where to run ``module.function``: this process's folder and ``path``."""
-    data = json.dumps({"cwd": os.getcwd(), "path": path, "module": module, "function": function}).encode()
+    """Tell a grader process just forked where to run ``module.function``: this process's folder, ``path`` and
+    the site folders whose .pth files it is to read as this interpreter did (its import hooks)."""
+    start = {"cwd": os.getcwd(), "path": path, "sites": site_folders(), "module": module, "function": function}
+    data = json.dumps(start).encode()
     sock.sendall(len(data).to_bytes(8, "big") + data)
 
 
-def streams() -> tuple[int, int]:
-    """This process's stdout and stderr, as file descriptors for another process to write to (/dev/null for one
-    that is closed)."""
-    fds = []
-    for fd in (1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        fds.append(fd)
-    return fds[0], fds[1]
+def site_folders() -> list[str]:
+    """The site folders on this process's module path (its environment's and the user's)."""
+    return [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+
+
+@contextlib.contextmanager
+def streams():
+    """(this process's stdout, its stderr) as file descriptors for another process to write to, for the block
+    (/dev/null for one that is closed)."""
+    fds, opened = [], []
+    try:
+        for fd in (1, 2):
+            try:
+                os.fstat(fd)
+            except OSError:
+                fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                opened.append(fd)
+            fds.append(fd)
+        yield fds[0], fds[1]
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 def module_path() -> list[str]:

@@ -2,13 +2,15 @@
 
 Run by path (``python -I -S worker.py FORK_FD [SITE_DIR ...]``), never as part of the package:
 it imports only the standard library, torch and ``wire.py`` beside it (loaded by path), so the
-reference solution, the case files and their expected values are never in its memory.
+reference solution, the case files and their expected values are never in its memory (nor in any
+server's: a server is forked from it, never from a grader process).
 
 That process serves no submission itself: it imports torch once and forks a fresh server for each
-control socket it is sent on ``FORK_FD`` or on a channel sent there (replying with the server's pid as
+control socket it is sent on ``FORK_FD`` or on a grader process's channel (replying with the server's pid as
 8 bytes), so that a grader starts a server in milliseconds rather than an import of torch, and servers
-forked from one process share torch's pages. When its last channel ends it exits; its servers run on
-until their own control sockets end.
+forked from one process share torch's pages. It forks a batch's grader processes too (``forked_grader``):
+each then imports the grader's side itself, the reference with it. When its last channel ends it exits; its
+servers run on until their own control sockets end.
 
 The server reads requests from the grader on the control socket: ``share`` keeps tensors (large
 arguments) that the children it forks later inherit, so a call can name them instead of
@@ -398,11 +400,17 @@ def forked_grader(fds, forks, wire):
             return
         os.chdir(start["cwd"])
         sys.path[:] = start["path"] + [p for p in sys.path if p not in start["path"]]
+        import site  # noqa: PLC0415 (this interpreter started without it: the servers' must stay clean)
+
+        for folder in start["sites"]:  # their .pth files, as the command's interpreter ran them (import hooks:
+            site.addsitedir(folder)  # editable installs, namespace packages)
         module = importlib.import_module(start["module"])
         getattr(module, start["function"])(sock, forks)
         code = 0
     except SystemExit as end:
-        code = end.code if isinstance(end.code, int) else 1
+        if isinstance(end.code, str):
+            print(end.code, file=sys.stderr)
+        code = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
     except BaseException:  # noqa: BLE001 (told on the command's stderr)
         import traceback  # noqa: PLC0415
 

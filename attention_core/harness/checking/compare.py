@@ -252,11 +252,12 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     finite = bool(torch.isfinite(expected).all()) if finite is None else finite
     if finite and every(lambda a, e, w: (a - e).abs() <= w, actual, expected, allowed):
         return None  # the usual case (NaN and inf differences compare False)
-    worst, most = _worst_of(actual, expected, allowed, finite)
+    plain = finite and every(lambda a, e: torch.isfinite(a - e), actual, expected)
+    worst, most = _worst_of(actual, expected, allowed, plain)
     if worst is None:
         return None
     allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(actual.shape)
-    if not finite:  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
+    if not plain:  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
         allowed = torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
     positions = index if isinstance(index, torch.Tensor) else None
     index = index if positions is not None else _Every(index)
@@ -272,34 +273,38 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     )
 
 
-def _worst_of(actual, expected, allowed, finite):
-    """(the position of the greatest |diff| / allowed among the mismatches, the first where several are as great;
-    that ratio), or (None, 0.0) where nothing is a mismatch. Block by block: a failed comparison of millions of
-    elements makes temporaries of a block's size, not of its own."""
+def _worst_of(actual, expected, allowed, plain):
+    """(the position of the greatest |diff| / allowed among the mismatches, the first where several are as great,
+    a NaN greatest of all as ``argmax`` takes it; that ratio), or (None, 0.0) where nothing is a mismatch. Block by
+    block, each in the branch of :func:`_differences` that the whole takes (``plain``): a failed comparison of
+    millions of elements makes temporaries of a block's size, not of its own."""
     n = actual.numel()
     allowed = torch.as_tensor(allowed, dtype=torch.float64)
     worst, most = None, 0.0
     for start in range(0, max(n, 1), BLOCK):
         block = slice(start, start + BLOCK)
         _, _, bad, ratio = _differences(
-            actual[block], expected[block], allowed[block] if allowed.ndim else allowed, finite
+            actual[block], expected[block], allowed[block] if allowed.ndim else allowed, plain, plain=plain
         )
         if bool(bad.any()):
             at = int(ratio.argmax())
-            if worst is None or float(ratio[at]) > most:
-                worst, most = start + at, float(ratio[at])
+            value = float(ratio[at])
+            if worst is None or (math.isnan(value) and not math.isnan(most)) or value > most:
+                worst, most = start + at, value
     return worst, most
 
 
-def _differences(actual, expected, allowed, finite):
+def _differences(actual, expected, allowed, finite, plain=None):
     """(|actual - expected|, the allowance at its shape, where it is a mismatch, |diff| / allowed there and 0
     elsewhere), NaN matching NaN and an infinity only itself. Made for the verdict, and made again from the
     same three for the report (which is read once, later): a comparison of millions of elements that fails
-    keeps none of its temporaries (the same allowance given again gives the same four)."""
+    keeps none of its temporaries (the same allowance given again gives the same four). ``plain``: the branch
+    for finite differences is taken (else the one for NaN and infinities), where the caller decided it for the
+    whole comparison (a block of it is given)."""
     diff = torch.sub(actual, expected).abs_()
     close = diff <= allowed
     allowed = torch.as_tensor(allowed, dtype=torch.float64)
-    if finite and every(torch.isfinite, diff):
+    if plain if plain is not None else finite and every(torch.isfinite, diff):
         bad = close.logical_not_()  # every number finite: what is not close is a mismatch
         divisor = allowed.clamp(min=1e-300)  # before it is expanded: a number stays a number
         allowed = allowed.expand(diff.shape)
