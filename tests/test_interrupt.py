@@ -1,6 +1,7 @@
 """A course's batch stopped halfway: what finished is kept, nothing is left running, the same command goes on;
 two batches into one --out at once: the second is refused."""
 
+import contextlib
 import csv
 import fcntl
 import os
@@ -256,3 +257,62 @@ def test_a_grader_process_killed_halfway_ends_the_batch_with_its_reason_and_leav
     assert _processes_in_session(batch.pid) == []
     graded = sorted(map(last_part, _rows(out / "gradebook.csv")))  # what finished, kept; the rest graded next time
     assert graded == sorted(p.parent.name for p in out.rglob("record.json")) and len(graded) < 6
+
+
+def test_a_grader_lost_before_its_last_result_is_told_at_once_not_when_the_others_finish():
+    """A grader process asks for its next submission before it sends the one it holds (it works one ahead): one
+    told there is no more and then killed still owed a result. The batch says so at once, rather than waiting for
+    the other processes to finish and then finding no one left. (Two stand-in graders on sockets: one dies owing
+    its last result, the other holds its last until the test ends.)"""
+    import socket  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from attention_core.grading.outputs import batch  # noqa: PLC0415
+    from attention_core.grading.process.link import Link  # noqa: PLC0415
+
+    class Held:  # a stand-in process: nothing to signal or wait for
+        def send(self, signum):
+            pass
+
+        def wait(self, timeout):
+            pass
+
+    release = threading.Event()
+
+    def grader(sock, dies):
+        link, held = Link(sock), None
+        with contextlib.suppress(OSError, EOFError):
+            while True:
+                link.put(("next", None, None))
+                task = link.get()
+                if task is None and dies:
+                    return  # killed before it sent its last result
+                if held is not None:
+                    if not dies:
+                        release.wait(60)
+                    link.put((held[0], f"scores of {held[2]}", None))
+                if task is None:
+                    return
+                held = task
+        sock.close()
+
+    graders = batch._Graders(None, None, None, None, None, 2)
+    graders.here = False  # (this test's process has torch: it would grade here)
+    for dies in (True, False):
+        ours, theirs = socket.socketpair()
+        graders.processes.append((Held(), Link(ours)))
+        threading.Thread(target=grader, args=(theirs, dies), daemon=True).start()
+    outcome = []
+
+    def run():
+        try:
+            graders.grade([("p0", "s0"), ("p1", "s1"), ("p2", "s2")], lambda scores: None, lambda: None)
+            outcome.append("finished")
+        except batch.GraderLost as lost:
+            outcome.append(str(lost))
+
+    batch_thread = threading.Thread(target=run, daemon=True)
+    batch_thread.start()
+    batch_thread.join(30)
+    release.set()
+    assert outcome and "a grader process ended before the batch did" in outcome[0], outcome
