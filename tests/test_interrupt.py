@@ -46,6 +46,14 @@ def _session(sid):
     return found
 
 
+def _proc(pid, name):
+    """/proc/PID/NAME's bytes (empty where the process has ended)."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return b""
+
+
 def _as_from_a_terminal():
     """^C as a terminal's command gets it: a process started with SIGINT ignored (as a test runner's worker may
     be) ignores it for good, as Unix has a background job do."""
@@ -234,7 +242,8 @@ def test_a_fifo_a_socket_and_a_folder_holding_a_fifo_are_each_their_own_zero_row
 @pytest.mark.grading
 def test_a_grader_process_killed_halfway_ends_the_batch_with_its_reason_and_leaves_nothing_running(tmp_path):
     """A grader process that dies (the machine's out-of-memory killer, an operator's kill) holds submissions that
-    would never be graded: the batch says so and ends, rather than waiting for them."""
+    would never be graded: the batch says so and ends, rather than waiting for them. (The grader processes are
+    forked from the batch's forking process, which imported torch for them and the worker servers.)"""
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
     correct = (HEAD / "submissions" / "correct.py").read_text()
@@ -248,8 +257,13 @@ def test_a_grader_process_killed_halfway_ends_the_batch_with_its_reason_and_leav
     deadline = time.monotonic() + 120
     while not list(out.rglob("record.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    graders = [pid for pid in _session(batch.pid) if Path(f"/proc/{pid}/comm").read_text().strip() == "ac-grader"]
+    session = {pid: _proc(pid, "comm").strip().decode() for pid in _session(batch.pid)}
+    graders = [pid for pid, comm in session.items() if comm == "ac-grader"]
     assert graders, "no grader process found"
+    # (torch imported once a batch: the grader processes are forked from the forking process, none spawned)
+    parents = {int(_proc(pid, "stat").rsplit(b")", 1)[1].split()[1]) for pid in graders}
+    assert {session.get(parent) for parent in parents} == {"ac-forks"}
+    assert not any(b"multiprocessing" in _proc(pid, "cmdline") for pid in session)
     os.kill(graders[0], signal.SIGKILL)
     _, stderr = batch.communicate(timeout=60)
     assert batch.returncode == 1
