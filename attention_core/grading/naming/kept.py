@@ -42,7 +42,7 @@ def nbytes(value):
     outputs = getattr(value, "outputs", None)
     if not isinstance(outputs, dict):
         return wire.nbytes(value)
-    kept = [getattr(f.mismatch, name, None) for f in value.failures for name in ("actual", "allowed", "positions")]
+    kept = [getattr(f.mismatch, name, None) for f in value.failures for name in ("actual", "allowed")]
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept if _on_cpu(t)}
     return wire.nbytes(outputs) + sum(storages.values())
 

@@ -329,8 +329,6 @@ class _Graders:
         self.ended: set = set()  # the links told there is nothing more
         self.owed: collections.Counter = collections.Counter()  # link -> submissions given, not yet sent back
         self.gone: set = set()  # the links whose process has ended
-        self.firsts: dict = {}  # link -> its first task, given at its first request (none reads ahead of it)
-        self.rest: collections.deque = collections.deque()
         self.closed, self.plan, self.chosen, self.items = False, None, None, None
 
     def __enter__(self):
@@ -380,11 +378,10 @@ class _Graders:
             return
         # Each process is given its first submission at its first request (one reading ahead must not take the
         # next process's first), then they share the rest, in order.
-        self.rest = collections.deque((index, path, name) for index, (path, name) in enumerate(todo))
+        rest = collections.deque((index, path, name) for index, (path, name) in enumerate(todo))
         for _ in range(min(self.jobs, len(todo)) - len(self.processes)):
             self._start(planner=False)
-        for _, link in self.processes:
-            self.firsts[link] = self.rest.popleft() if self.rest else None
+        firsts = {link: rest.popleft() if rest else None for _, link in self.processes}
         left = len(todo)
         try:
             while left:
@@ -392,8 +389,8 @@ class _Graders:
                 if error is not None:
                     raise RuntimeError(f"a grader process failed:\n{error}")
                 if index == "next":
-                    task = self.firsts.pop(link) if link in self.firsts else None
-                    task = task if task is not None or not self.rest else self.rest.popleft()
+                    task = firsts.pop(link, None)
+                    task = task if task is not None or not rest else rest.popleft()
                     if task is None:
                         self.ended.add(link)
                     else:

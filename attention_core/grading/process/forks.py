@@ -37,8 +37,12 @@ def site_dirs():
     """The folders the server needs on its path: where torch is installed, then the other site folders."""
     spec = importlib.util.find_spec("torch")  # (found, not imported)
     dirs = [str(Path(spec.origin).resolve().parent.parent)] if spec and spec.origin else []
-    dirs += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages") and p not in dirs]
-    return dirs
+    return dirs + [p for p in site_folders() if p not in dirs]
+
+
+def site_folders():
+    """The site folders on this process's module path (its environment's and the user's)."""
+    return [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
 
 
 def environment():

@@ -14,6 +14,8 @@ import pickle
 import socket
 import sys
 
+from attention_core.grading.process import forks
+
 
 class Link:
     """One end of a command's conversation with a grader process."""
@@ -23,8 +25,7 @@ class Link:
         self.sock = sock
 
     def put(self, message: object) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        self.sock.sendall(len(data).to_bytes(8, "big") + data)
+        _send(self.sock, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
     def get(self) -> object:
         """The next message; EOFError where the other end has ended (or ended its side)."""
@@ -58,14 +59,12 @@ class Link:
 def begin(sock: socket.socket, module: str, function: str, path: list[str]) -> None:
     """Tell a grader process just forked where to run ``module.function``: this process's folder, ``path`` and
     the site folders whose .pth files it is to read as this interpreter did (its import hooks)."""
-    start = {"cwd": os.getcwd(), "path": path, "sites": site_folders(), "module": module, "function": function}
-    data = json.dumps(start).encode()
+    start = {"cwd": os.getcwd(), "path": path, "sites": forks.site_folders(), "module": module, "function": function}
+    _send(sock, json.dumps(start).encode())
+
+
+def _send(sock: socket.socket, data: bytes) -> None:
     sock.sendall(len(data).to_bytes(8, "big") + data)
-
-
-def site_folders() -> list[str]:
-    """The site folders on this process's module path (its environment's and the user's)."""
-    return [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
 
 
 @contextlib.contextmanager
@@ -89,6 +88,6 @@ def streams():
 
 def module_path() -> list[str]:
     """The module path a grader process imports the package from: this package's folder first, then this
-    process's path (without its first entry where that is the empty string: the folder a command runs in)."""
+    process's path (without the empty string: the folder a command runs in)."""
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     return [here, *(p for p in sys.path if p and p != here)]
