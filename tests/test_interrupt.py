@@ -243,16 +243,24 @@ def test_a_fifo_a_socket_and_a_folder_holding_a_fifo_are_each_their_own_zero_row
 def test_a_grader_process_killed_halfway_ends_the_batch_with_its_reason_and_leaves_nothing_running(tmp_path):
     """A grader process that dies (the machine's out-of-memory killer, an operator's kill) holds submissions that
     would never be graded: the batch says so and ends, rather than waiting for them. (The grader processes are
-    forked from the batch's forking process, which imported torch for them and the worker servers.)"""
-    subs, out = tmp_path / "subs", tmp_path / "out"
+    forked from the batch's forking process, which imported torch for them and the worker servers.) Nor is any
+    temporary folder left: the killed process's (its notebooks', its submissions' sandboxes') are the batch's."""
+    subs, out, temporary = tmp_path / "subs", tmp_path / "out", tmp_path / "tmp"
     subs.mkdir()
+    temporary.mkdir()
     correct = (HEAD / "submissions" / "correct.py").read_text()
     for i in range(6):
         (subs / f"s{i}.py").write_text(SLOW + correct)
     command = [sys.executable, "-m", "attention_core", *HEAD_GRADE, *map(str, sorted(subs.iterdir()))]
     command += ["--out", str(out), "--jobs", "2"]
     batch = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        cwd=ROOT,
+        env=dict(os.environ, TMPDIR=str(temporary)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 120
     while not list(out.rglob("record.json")) and time.monotonic() < deadline:
@@ -269,6 +277,7 @@ def test_a_grader_process_killed_halfway_ends_the_batch_with_its_reason_and_leav
     assert batch.returncode == 1
     assert "error: a grader process ended before the batch did" in stderr and "Traceback" not in stderr, stderr
     assert _processes_in_session(batch.pid) == []
+    assert list(temporary.iterdir()) == []
     graded = sorted(map(last_part, _rows(out / "gradebook.csv")))  # what finished, kept; the rest graded next time
     assert graded == sorted(p.parent.name for p in out.rglob("record.json")) and len(graded) < 6
 

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from attention_core.grading.intake import folders, ids
 from attention_core.grading.judging.options import GradingOptions
 from attention_core.grading.outputs import cells, gradebook, lms, records
-from attention_core.grading.process import forks
+from attention_core.grading.process import forks, scratch
 from attention_core.grading.process.link import Link, begin, module_path
 from attention_core.grading.process.link import streams as link_streams
 from attention_core.grading.server import sandbox
@@ -330,6 +330,7 @@ class _Graders:
         self.owed: collections.Counter = collections.Counter()  # link -> submissions given, not yet sent back
         self.gone: set = set()  # the links whose process has ended
         self.closed, self.plan, self.chosen, self.items = False, None, None, None
+        self.scratch = None  # the grader processes' temporary folder, removed with them whatever ended them
 
     def __enter__(self):
         if self.here:
@@ -354,6 +355,8 @@ class _Graders:
         self._close(finished=False)  # (where grading finished, it was closed then)
 
     def _start(self, planner):
+        if self.scratch is None:
+            self.scratch = scratch.make()
         with link_streams() as (stdout, stderr):
             process = forks.grader(stdout, stderr)
         link = Link(process.ctl)
@@ -361,7 +364,7 @@ class _Graders:
         arguments = (self.assignment, self.cases, self.options, self.entry, self.out, planner)
         try:
             begin(process.ctl, "attention_core.grading.outputs.graders", "forked", module_path())
-            link.put((dict(os.environ), arguments))  # (the batch's environment as it is now)
+            link.put((dict(os.environ, TMPDIR=self.scratch), arguments))  # (the batch's environment as it is now)
         except OSError:  # it has ended already: told by _next
             pass
 
@@ -440,3 +443,5 @@ class _Graders:
         for process, link in self.processes:
             process.wait(timeout=max(deadline - time.monotonic(), 0.01))
             link.close()
+        if self.scratch is not None:  # (a grader process killed left its folders there)
+            scratch.remove(self.scratch)

@@ -11,6 +11,7 @@ import gc
 import os
 import signal
 import sys
+import tempfile
 import traceback
 
 from attention_core.grading.intake import ids
@@ -93,6 +94,7 @@ def forked(sock, channel):
     environ, args = link.get()
     os.environ.clear()  # (the forking process's environment is its own)
     os.environ.update(environ)
+    tempfile.tempdir = None  # (read again: the batch's folder, which the command removes whatever ends this process)
     try:
         grader_process(*args, link=link, channel=channel)
     finally:

@@ -25,6 +25,7 @@ from pathlib import Path
 from attention_core.grading.judging.grader import Grader, SubmissionGrade
 from attention_core.grading.outputs import gradescope
 from attention_core.grading.platforms.template import FILE_NAME
+from attention_core.grading.process import scratch
 
 ROOT = Path(os.environ.get("AUTOGRADER_ROOT", "/autograder"))
 TIME_LIMIT = 600.0  # seconds grading may take before a partial result is written
@@ -186,7 +187,8 @@ def entry_file(submission):
 
 
 if __name__ == "__main__":
-    run(ROOT, float(os.environ.get("AUTOGRADER_TIME_LIMIT", TIME_LIMIT)))
+    with scratch.used():  # (a grading thread the time limit stopped leaves its temporary folders there)
+        run(ROOT, float(os.environ.get("AUTOGRADER_TIME_LIMIT", TIME_LIMIT)))
     # Leave without waiting for the grading thread (it may hang in a dead worker) or running torch's
     # finalisation beside it: the results are written.
     os._exit(0)

@@ -37,6 +37,7 @@ from attention_core.grading.judging.grades import SubmissionGrade
 from attention_core.grading.outputs import gradescope
 from attention_core.grading.platforms import autograder
 from attention_core.grading.platforms.template import FILE_NAME, assignment_template
+from attention_core.grading.process import scratch
 from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.text import escape, escape_lines, points, shorten
 
@@ -248,7 +249,8 @@ def main(root=ROOT, *, assignment=None, cases=None, time_limit=None):
     """The grading job's command: :func:`run` (``time_limit`` None: TIME_LIMIT), then leave the process at once,
     without waiting for a grading thread the time limit stopped (it may hang in a dead worker) or running torch's
     finalisation beside it."""
-    run(root, assignment=assignment, cases=cases, time_limit=TIME_LIMIT if time_limit is None else time_limit)
+    with scratch.used():  # (a grading thread the time limit stopped leaves its temporary folders there)
+        run(root, assignment=assignment, cases=cases, time_limit=TIME_LIMIT if time_limit is None else time_limit)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
