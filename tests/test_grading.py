@@ -233,6 +233,27 @@ def test_the_batch_command_grades_without_loading_torch_itself(tmp_path):
     assert results["score"] == results["max_score"] > 0
 
 
+def test_a_grader_process_gives_a_large_block_back_to_the_system_as_soon_as_it_is_freed():
+    """A slot's memory is what its grader holds, not what it once computed: glibc would keep the next blocks of a
+    size it freed once (a large check's 16 MB temporaries, run after run) in its heap, for the process's life.
+    (Measured in a process of its own: a grader process's settings, not this one's.)"""
+    script = (
+        "import torch\n"
+        "from attention_core.grading.outputs import graders\n"
+        "graders._settled()\n"
+        "def resident():\n"
+        "    return int(open('/proc/self/statm').read().split()[1]) * 4096 >> 20\n"
+        "before = resident()\n"
+        "for _ in range(3):\n"
+        "    block = torch.ones(4 << 20)\n"  # 16 MB, each page written
+        "    del block\n"
+        "print(resident() - before)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) < 8  # MB (16 where a freed block is kept)
+
+
 @pytest.mark.grading
 def test_a_reference_that_imports_a_package_installed_through_a_pth_hook_is_graded(tmp_path):
     """A teacher's reference may import their own package, installed in editable mode (setuptools installs a

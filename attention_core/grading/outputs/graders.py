@@ -198,13 +198,25 @@ def freeze():
     gc.freeze()
 
 
+MMAP_THRESHOLD = 256 << 10  # bytes: a block this large is the system's own pages, given back when freed
+M_MMAP_THRESHOLD = -3  # (glibc's malloc.h)
+
+
 def _settled():
-    """Set a grader process of its own up for a long batch: frozen (see :func:`freeze`); returns what gives
-    the memory a submission's grading freed back to the system (glibc's ``malloc_trim``; nothing elsewhere), so
-    that a grading slot holds what it keeps, not the peak of the largest submission so far."""
+    """Set a grader process of its own up for a long batch: frozen (see :func:`freeze`), its large blocks (a
+    large check's inputs, results, golden values and their temporaries) each mapped of its own and given back
+    when freed; returns what gives the rest of the memory a submission's grading freed back to the system
+    (glibc's ``malloc_trim``; nothing elsewhere), so that a grading slot holds what it keeps, not the peak of the
+    largest submission so far.
+
+    glibc raises its threshold for mapping a block of its own to the size of the largest one freed (up to 32 MB),
+    so that after a large check's first run its 16 MB temporaries come from the heap, which keeps them: a fixed
+    threshold turns that off (``mallopt(M_MMAP_THRESHOLD)``)."""
     freeze()
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        trim = libc.malloc_trim
     except (OSError, AttributeError):  # not glibc
         return lambda: None
     return lambda: trim(0)
