@@ -25,11 +25,13 @@ class Mismatch:
     report: object  # the message, or a function that makes it (a values report is made when first read)
     index: tuple | None = None  # the worst element, for "values"
     ratio: float = math.inf  # worst |diff| / allowed, for "values"
-    # For "values": the compared elements, each (N,) in float64, and their positions (N, ndim);
-    # no positions when every element was compared (then in row-major order).
+    # For "values": the compared elements, each (N,), and their positions (N, ndim); no positions when every
+    # element was compared (then in row-major order). The actual values in their own dtype (float64 is exact
+    # for them: the comparison converts them block by block), the expected ones in float64; the allowance in
+    # float64, or what makes it (a large comparison's is made again when read, not kept).
     actual: torch.Tensor | None = None
     expected: torch.Tensor | None = None
-    allowed: torch.Tensor | None = None
+    allowed: object = None
     positions: torch.Tensor | None = None
 
     @property
@@ -37,6 +39,11 @@ class Mismatch:
         if callable(self.report):
             object.__setattr__(self, "report", self.report())
         return self.report
+
+    @property
+    def allowance(self):
+        """The allowed absolute difference of each compared element, (N,) in float64."""
+        return self.allowed() if callable(self.allowed) else self.allowed
 
 
 def check_shape(actual, shape):
@@ -96,8 +103,12 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
     if bounds is not None and actual.device.type == "cpu" and _within(actual.detach().reshape(-1), *bounds):
         return None  # every element inside bounds that the float64 comparison below accepts
     shape = tuple(actual.shape)
-    actual = actual.detach().to("cpu", torch.float64).reshape(-1)
-    return compare_values(actual, expected, allowance(), shape, finite=finite)
+    actual = actual.detach().to("cpu").reshape(-1)  # (not copied to float64: converted block by block)
+    if not actual.is_floating_point():  # (integers past 2**53 convert as float64 does: the comparison's rule)
+        actual = actual.to(torch.float64)
+    return compare_values(
+        actual, expected, allowance if expected.numel() >= LARGE else allowance(), shape, finite=finite
+    )
 
 
 _PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(dtype, rtol, atol, version): prepared}
@@ -242,13 +253,18 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     """Element-wise, in float64: NaN matches only NaN, an infinity only the same infinity, else |diff| <= allowed.
 
     Args:
-        actual, expected: ``(N,)``. allowed: ``(N,)`` or a number. index: ``(N, ndim)`` positions,
+        actual, expected: ``(N,)`` (actual in any real dtype: float64 is exact for a float32's values, and the
+            differences are taken in float64). allowed: ``(N,)`` or a number, or what makes it: then it is
+            made again when the mismatch's report or allowance is read rather than kept with it (a large
+            comparison's, as large as the expected values in float64). index: ``(N, ndim)`` positions,
             or a shape tuple when every element of that shape is compared in row-major order.
         finite: whether every expected value is finite, where already known.
 
     Returns:
         A :class:`Mismatch` of stage "values", or None.
     """
+    remade = allowed if callable(allowed) else None
+    allowed = allowed() if remade else allowed
     finite = bool(torch.isfinite(expected).all()) if finite is None else finite
     if finite and every(lambda a, e, w: (a - e).abs() <= w, actual, expected, allowed):
         return None  # the usual case (NaN and inf differences compare False)
@@ -256,19 +272,25 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     worst, most = _worst_of(actual, expected, allowed, plain)
     if worst is None:
         return None
-    allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(actual.shape)
-    if not plain:  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
-        allowed = torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
     positions = index if isinstance(index, torch.Tensor) else None
     index = index if positions is not None else _Every(index)
+
+    def shown(allowed):  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
+        allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(actual.shape)
+        if plain:
+            return allowed
+        return torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
+
+    kept = (lambda: shown(remade())) if remade else shown(allowed)
+    del allowed
     return Mismatch(
         "values",
-        lambda: _values_report(actual, expected, allowed, index, finite),
+        lambda: _values_report(actual, expected, kept() if remade else kept, index, finite),
         index=tuple(int(i) for i in index[worst]),
         ratio=most,
         actual=actual,
         expected=expected,
-        allowed=allowed,
+        allowed=kept,
         positions=positions,
     )
 

@@ -67,12 +67,12 @@ class Failure:
             return None
         if m.positions is None:  # every element was compared, in row-major order
             return (
-                *(v.reshape(self.shape) for v in (m.expected, m.actual, m.allowed)),
+                *(v.reshape(self.shape) for v in (m.expected, m.actual.double(), m.allowance)),
                 torch.ones(self.shape, dtype=torch.bool),
             )
         index = tuple(m.positions.T) if len(self.shape) else ()
         tensors = []
-        for values in (m.expected, m.actual, m.allowed):
+        for values in (m.expected, m.actual.double(), m.allowance):
             dense = torch.full(self.shape, float("nan"), dtype=torch.float64)
             dense[index] = values.reshape(-1) if len(self.shape) else values.reshape(())
             tensors.append(dense)
