@@ -99,37 +99,31 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
         )
     if problem is not None:
         return problem
-    expected, allowance, finite, bounds = _prepared(expected, actual.dtype, rtol, atol, kept)
-    if bounds is not None and actual.device.type == "cpu" and _within(actual.detach().reshape(-1), *bounds):
-        return None  # every element inside bounds that the float64 comparison below accepts
+    expected, allowance, finite = _prepared(expected, actual.dtype, rtol, atol, kept)
     shape = tuple(actual.shape)
     actual = actual.detach().to("cpu").reshape(-1)  # (not copied to float64: converted block by block)
     if not actual.is_floating_point():  # (integers past 2**53 convert as float64 does: the comparison's rule)
         actual = actual.to(torch.float64)
-    return compare_values(
-        actual, expected, allowance if expected.numel() >= LARGE else allowance(), shape, finite=finite
-    )
+    return compare_values(actual, expected, allowance, shape, finite=finite)
 
 
-_PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(dtype, rtol, atol, version): prepared}
+_PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(its version,): (float64 (N,), finite)}
 LARGE = 1 << 16  # elements from which an expected tensor's preparation is kept for its next comparison
 
 
 def _prepared(expected, dtype, rtol, atol, kept=True):
-    """(expected as float64 (N,), what makes its allowance, whether it is all finite, bounds in ``dtype`` or None);
-    kept while a large ``expected`` lives (grading compares every submission against the same one). Bounds are
-    made at a large tensor's second comparison: they repay their cost over several. Its allowance is not kept
-    (as large as the expected tensor in float64, and cheap to make): only a comparison that the bounds leave
-    open makes it."""
+    """(expected as float64 (N,), the allowance of each expected value (a function of a block of them), whether
+    they are all finite); kept while a large ``expected`` lives (grading compares every submission against the
+    same one). The allowance is made block by block as the comparison goes (whole, it is as large as the
+    expected values in float64), and again when a mismatch's report is read."""
 
-    def allowance(flat):
-        return lambda: tolerance.full_allowance(flat, dtype, rtol, atol)
+    def allowance(values):
+        return tolerance.full_allowance(values, dtype, rtol, atol)
 
     if expected.numel() < LARGE or not kept:
         flat = expected.to(torch.float64).reshape(-1)
-        allowed = tolerance.full_allowance(flat, dtype, rtol, atol)
-        return flat, lambda: allowed, bool(torch.isfinite(flat).all()), None
-    key = (dtype, rtol, atol, expected._version)
+        return flat, allowance, bool(torch.isfinite(flat).all())
+    key = (expected._version,)
     known = _PREPARED.get(id(expected))
     if known is None:
         known = _PREPARED[id(expected)] = {}
@@ -137,47 +131,9 @@ def _prepared(expected, dtype, rtol, atol, kept=True):
     if key not in known:
         known.clear()
         flat = expected.to(torch.float64).reshape(-1)
-        known[key] = [flat, bool(torch.isfinite(flat).all()), None]
-    elif known[key][2] is None and known[key][1] and dtype in _NEXT:
-        known[key][2] = _bounds(known[key][0], allowance(known[key][0])(), dtype)
-    flat, finite, bounds = known[key]
-    return flat, allowance(flat), finite, bounds
-
-
-_NEXT = {torch.float32, torch.float64}  # the dtypes torch.nextafter steps in
-
-
-def _bounds(expected, allowed, dtype):
-    """(low, high) in ``dtype``: every value of ``dtype`` in [low, high] meets the float64 rule
-    ``|x - expected| <= allowed`` (as :func:`compare_values` computes it); values outside may meet
-    it too, and are left to that comparison.
-
-    Each bound starts at ``expected ± allowed`` rounded to ``dtype`` and steps inwards while the
-    float64 rule refuses it: ``x - expected`` is monotone in ``x`` even when rounded, so the rule
-    then holds for every value between the bounds.
-    """
-
-    def accepted(bound):
-        return (bound.to(torch.float64) - expected).abs() <= allowed
-
-    bounds = []
-    for sign in (-1.0, 1.0):
-        bound = (expected + sign * allowed).to(dtype)
-        inward = torch.full_like(bound, -sign * torch.inf)
-        for _ in range(3):  # rounding into the dtype leaves a bound one step out at most, float64's own one more
-            bad = ~accepted(bound)
-            if not bool(bad.any()):
-                break
-            bound = torch.where(bad, torch.nextafter(bound, inward), bound)
-        else:  # no value of the dtype meets the rule there (an allowance under its spacing): none is inside
-            bound = torch.where(accepted(bound), bound, inward)
-        bounds.append(bound)
-    return tuple(bounds)
-
-
-def _within(actual, low, high):
-    """Whether every element of ``actual`` (N,) lies in [low, high] (NaN does not); the bounds are in its dtype."""
-    return every(lambda a, lo, hi: torch.logical_and(a >= lo, a <= hi), actual, low, high)
+        known[key] = (flat, bool(torch.isfinite(flat).all()))
+    flat, finite = known[key]
+    return flat, allowance, finite
 
 
 def every(test, *tensors):
@@ -254,22 +210,27 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
 
     Args:
         actual, expected: ``(N,)`` (actual in any real dtype: float64 is exact for a float32's values, and the
-            differences are taken in float64). allowed: ``(N,)`` or a number, or what makes it: then it is
-            made again when the mismatch's report or allowance is read rather than kept with it (a large
-            comparison's, as large as the expected values in float64). index: ``(N, ndim)`` positions,
-            or a shape tuple when every element of that shape is compared in row-major order.
+            differences are taken in float64). allowed: ``(N,)`` or a number, or a function that gives the
+            allowance of a block of expected values: then it is made block by block and again when the
+            mismatch's report or allowance is read, never kept whole (a large comparison's is as large as the
+            expected values in float64). index: ``(N, ndim)`` positions, or a shape tuple when every element of
+            that shape is compared in row-major order.
         finite: whether every expected value is finite, where already known.
 
     Returns:
         A :class:`Mismatch` of stage "values", or None.
     """
-    remade = allowed if callable(allowed) else None
-    allowed = allowed() if remade else allowed
+    of = allowed if callable(allowed) else None
+    given = () if of else (allowed,)  # (a whole allowance: cut into blocks with the values)
+
+    def allowance(e, *w):
+        return of(e) if of else w[0]
+
     finite = bool(torch.isfinite(expected).all()) if finite is None else finite
-    if finite and every(lambda a, e, w: (a - e).abs() <= w, actual, expected, allowed):
+    if finite and every(lambda a, e, *w: (a - e).abs() <= allowance(e, *w), actual, expected, *given):
         return None  # the usual case (NaN and inf differences compare False)
     plain = finite and every(lambda a, e: torch.isfinite(a - e), actual, expected)
-    worst, most = _worst_of(actual, expected, allowed, plain)
+    worst, most = _worst_of(actual, expected, of or allowed, plain)
     if worst is None:
         return None
     positions = index if isinstance(index, torch.Tensor) else None
@@ -281,11 +242,10 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
             return allowed
         return torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
 
-    kept = (lambda: shown(remade())) if remade else shown(allowed)
-    del allowed
+    kept = (lambda: shown(of(expected))) if of else shown(allowed)
     return Mismatch(
         "values",
-        lambda: _values_report(actual, expected, kept() if remade else kept, index, finite),
+        lambda: _values_report(actual, expected, kept() if of else kept, index, finite),
         index=tuple(int(i) for i in index[worst]),
         ratio=most,
         actual=actual,
@@ -299,15 +259,16 @@ def _worst_of(actual, expected, allowed, plain):
     """(the position of the greatest |diff| / allowed among the mismatches, the first where several are as great,
     a NaN greatest of all as ``argmax`` takes it; that ratio), or (None, 0.0) where nothing is a mismatch. Block by
     block, each in the branch of :func:`_differences` that the whole takes (``plain``): a failed comparison of
-    millions of elements makes temporaries of a block's size, not of its own."""
+    millions of elements makes temporaries of a block's size, not of its own. ``allowed``: as
+    :func:`compare_values` takes it."""
     n = actual.numel()
-    allowed = torch.as_tensor(allowed, dtype=torch.float64)
+    of = allowed if callable(allowed) else None
+    allowed = None if of else torch.as_tensor(allowed, dtype=torch.float64)
     worst, most = None, 0.0
     for start in range(0, max(n, 1), BLOCK):
         block = slice(start, start + BLOCK)
-        _, _, bad, ratio = _differences(
-            actual[block], expected[block], allowed[block] if allowed.ndim else allowed, plain, plain=plain
-        )
+        here = of(expected[block]) if of else allowed[block] if allowed.ndim else allowed
+        _, _, bad, ratio = _differences(actual[block], expected[block], here, plain, plain=plain)
         if bool(bad.any()):
             at = int(ratio.argmax())
             value = float(ratio[at])
