@@ -1,7 +1,9 @@
 """One check → one Result: the status says whose problem it is, and a grade lands on the function called."""
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -355,3 +357,31 @@ def test_a_call_the_reference_core_cannot_make_either_is_a_case_error_not_the_im
 
     fine = next(i for i in GRADED if i.check.function == "attention")
     assert runner.run(fine, functions={"attention": wrong}).status is Status.IMPLEMENTATION_ERROR
+
+
+def test_a_large_prepared_argument_s_copies_are_each_a_call_s_own_and_cost_nothing_until_written():
+    """Each in-process call gets its own copy of a large argument (it may write into it), mapped from a memory
+    file rather than cloned: a write reaches neither the argument nor another copy, and the pages a copy only
+    reads are the argument's own."""
+    from attention_core.harness.checking import unwritten  # noqa: PLC0415
+
+    original = torch.rand(4, unwritten.LARGE // 4, generator=torch.Generator().manual_seed(0))
+    argument = unwritten.kept(original.clone())
+    assert torch.equal(argument, original)
+    first, second = unwritten.copy(argument), unwritten.copy(argument)
+    assert first.data_ptr() not in (argument.data_ptr(), second.data_ptr())
+    first.mul_(2)  # a call writing into its copy
+    assert torch.equal(argument, original) and torch.equal(second, original)
+    assert torch.equal(first, original * 2)
+    if hasattr(os, "memfd_create"):
+        maps = Path("/proc/self/smaps").read_text().split("\n")
+        private = [
+            int(line.split()[1])
+            for start, line in zip(maps, maps[1:])
+            if "attention-argument" in start and line.startswith("Size:")
+        ]
+        assert len(private) >= 3  # (the argument and its two copies: mappings of the file, not clones)
+    argument.add_(1)  # written itself (never by the grader): a copy then holds what it holds now
+    assert torch.equal(unwritten.copy(argument), original + 1)
+    small = unwritten.kept(torch.ones(3))
+    assert unwritten.copy(small).data_ptr() != small.data_ptr()

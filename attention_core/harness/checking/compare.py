@@ -236,21 +236,25 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     positions = index if isinstance(index, torch.Tensor) else None
     index = index if positions is not None else _Every(index)
 
-    def shown(allowed):  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
-        allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(actual.shape)
+    def shown(allowed, e):  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
+        allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(e.shape)
         if plain:
             return allowed
-        return torch.where(torch.isfinite(expected) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
+        return torch.where(torch.isfinite(e) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
 
-    kept = (lambda: shown(of(expected))) if of else shown(allowed)
+    whole = None if of else shown(allowed, expected)
+
+    def allowed_at(block):  # the allowance of a block of the compared elements
+        return shown(of(expected[block]), expected[block]) if of else whole[block]
+
     return Mismatch(
         "values",
-        lambda: _values_report(actual, expected, kept() if of else kept, index, finite),
+        lambda: _values_report(actual, expected, allowed_at, index, plain),
         index=tuple(int(i) for i in index[worst]),
         ratio=most,
         actual=actual,
         expected=expected,
-        allowed=kept,
+        allowed=(lambda: allowed_at(slice(None))) if of else whole,
         positions=positions,
     )
 
@@ -304,60 +308,65 @@ def _differences(actual, expected, allowed, finite, plain=None):
     return diff, allowed, bad, ratio
 
 
-def _values_report(actual, expected, allowed, index, finite=False):
-    """The report's text (see :func:`_differences`); ``finite``: every expected value is known to be finite."""
-    diff, allowed, bad, ratio = _differences(actual, expected, allowed, finite)
-    n_bad, n = int(bad.sum()), diff.numel()
-    abs_at = int((diff if n_bad == n else diff.masked_fill(~bad, -1.0)).argmax())
-    # Relative to a non-zero expected value only: against 0 every difference is infinitely large.
-    nonzero = bad & (expected != 0)
-    if not finite:
-        nonzero &= torch.isfinite(expected)
-    rel = torch.div(diff, expected.abs().clamp_(min=1e-300)).masked_fill_(~nonzero, -1.0)
-    rel_at = int(rel.argmax())
+def _values_report(actual, expected, allowed_at, index, plain):
+    """The report's text (see :func:`_differences`), made block by block as the verdict was: a failed comparison
+    of millions of elements makes temporaries of a block's size when its report is read. ``allowed_at``: the
+    allowance of a slice of the compared elements; ``plain``: every difference is finite (the branch of
+    :func:`_differences` the whole comparison takes)."""
+    n = actual.numel()
+    n_bad, most_abs, most_rel = 0, (-1.0, 0), (-1.0, 0)  # (the greatest, its position: the first where tied)
+    worst = (torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.long))  # the table's, largest first
+    for start in range(0, max(n, 1), BLOCK):
+        block = slice(start, start + BLOCK)
+        a, e = actual[block], expected[block]
+        diff, _, bad, ratio = _differences(a, e, allowed_at(block), plain, plain=plain)
+        n_bad += int(bad.sum())
+        at = int(diff.masked_fill(~bad, -1.0).argmax())
+        if float(diff[at]) > most_abs[0] and bool(bad[at]):
+            most_abs = (float(diff[at]), start + at)
+        # Relative to a non-zero expected value only: against 0 every difference is infinitely large.
+        nonzero = bad & (e != 0) & torch.isfinite(e)
+        rel = torch.div(diff, e.abs().clamp(min=1e-300)).masked_fill_(~nonzero, -1.0)
+        at = int(rel.argmax())
+        if float(rel[at]) > most_rel[0]:
+            most_rel = (float(rel[at]), start + at)
+        # The greatest ratios, ties in position order (a NaN ratio, no allowance, first): a stable sort of the
+        # table so far (earlier positions) and this block's own greatest.
+        mine = torch.nonzero(bad).flatten()
+        values = ratio[mine]
+        keep = torch.sort(values, descending=True, stable=True).indices[:MAX_TABLE_ROWS]
+        values, positions = torch.cat([worst[0], values[keep]]), torch.cat([worst[1], mine[keep] + start])
+        keep = torch.sort(values, descending=True, stable=True).indices[:MAX_TABLE_ROWS]
+        worst = (values[keep], positions[keep])
+
+    def allowed(i):
+        return allowed_at(slice(i, i + 1))[0]
+
+    abs_at, rel_at = most_abs[1], most_rel[1]
     relative = (
-        f"Greatest relative difference: {_num(rel[rel_at])} at index {_idx(index[rel_at])}"
-        f" (up to {_num(allowed[rel_at] / expected[rel_at].abs())} allowed)"
-        if rel[rel_at] >= 0
+        f"Greatest relative difference: {_num(most_rel[0])} at index {_idx(index[rel_at])}"
+        f" (up to {_num(allowed(rel_at) / expected[rel_at].abs())} allowed)"
+        if most_rel[0] >= 0
         else "Greatest relative difference: none (every mismatched element expects 0 or a non-finite value)"
     )
     lines = [
         "Values are not close!",
         f"Mismatched elements: {n_bad} / {n} ({100.0 * n_bad / n:.1f}%)",
-        f"Greatest absolute difference: {_num(diff[abs_at])} at index {_idx(index[abs_at])}"
-        f" (up to {_num(allowed[abs_at])} allowed)",
+        f"Greatest absolute difference: {_num(most_abs[0])} at index {_idx(index[abs_at])}"
+        f" (up to {_num(allowed(abs_at))} allowed)",
         relative,
         "Worst elements, by difference over allowance:",
         f"  {'index':<14}{'expected':>15}{'actual':>15}{'|diff|':>12}{'allowed':>12}",
     ]
-    for i in _worst(ratio, min(n_bad, MAX_TABLE_ROWS)).tolist():
+    for i in worst[1].tolist():
+        diff = _differences(actual[i : i + 1], expected[i : i + 1], allowed_at(slice(i, i + 1)), plain, plain=plain)[0]
         shown_expected, shown_actual = _num_pair(expected[i], actual[i])
         lines.append(
-            f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}{_num(diff[i]):>12}{_num(allowed[i]):>12}"
+            f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}{_num(diff[0]):>12}{_num(allowed(i)):>12}"
         )
     if n_bad > MAX_TABLE_ROWS:
         lines.append(f"  ... and {n_bad - MAX_TABLE_ROWS} more")
     return "\n".join(lines)
-
-
-def _worst(ratio, k):
-    """The positions of the ``k`` largest ratios, largest first, ties in index order (as argmax picks the
-    first): the table's first row is the element the report's other lines and the pictures name."""
-    floor = _kth_largest(ratio, k)
-    tied = torch.nonzero(ratio >= floor).flatten()  # in index order
-    return tied[torch.sort(ratio[tied], descending=True, stable=True).indices[:k]]
-
-
-def _kth_largest(values, k):
-    """The ``k``-th largest of the flat ``values``: the largest ``k`` of each block first (one topk
-    over millions of elements takes several times longer than over blocks of them)."""
-    whole = values.numel() // BLOCK * BLOCK
-    if whole <= BLOCK:
-        return torch.topk(values, k).values[-1]
-    heads = [torch.topk(values[:whole].view(-1, BLOCK), k, dim=1).values.flatten()]
-    if whole < values.numel():
-        heads.append(values[whole:])
-    return torch.topk(torch.cat(heads), k).values[-1]
 
 
 def _idx(row):

@@ -1,5 +1,6 @@
 """What a check needs that no implementation changes, made once per check and device (grading a batch)."""
 
+from attention_core.harness.checking import unwritten
 from attention_core.harness.checking.calls import graded_arguments, oracles, reference_of
 from attention_core.harness.checking.inputs import materialise
 from attention_core.harness.checking.refusals import reference_refuses, too_large
@@ -10,7 +11,8 @@ class Preparation:
 
     A case's inputs, a graded call's arguments (evaluated with the reference core) and its
     oracle values: grading many submissions reuses them. What an implementation is handed is a
-    copy, so a call that writes into its inputs changes nothing here.
+    copy, so a call that writes into its inputs changes nothing here (a large input's copy costs nothing until
+    written: ``unwritten.py``).
     """
 
     def __init__(self):
@@ -20,7 +22,14 @@ class Preparation:
         self._made.clear()
 
     def scope(self, item, device):
-        return self._once(("scope", item, device), lambda: materialise(item.case, device=device))
+        """A case's inputs; a large one kept so that each call's copy of it costs nothing until written."""
+
+        def make():
+            scope = materialise(item.case, device=device)
+            scope.update({name: unwritten.kept(value) for name, value in scope.items()})
+            return scope
+
+        return self._once(("scope", item, device), make)
 
     def arguments(self, item, device):
         """A graded call's (function name, args, kwargs)."""

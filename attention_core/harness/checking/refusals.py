@@ -10,6 +10,7 @@ import warnings
 import torch
 
 from attention_core import reference, spec
+from attention_core.harness.checking import unwritten
 from attention_core.harness.languages.expr import MAX_ELEMENTS
 from attention_core.harness.text import shorten
 
@@ -116,5 +117,6 @@ def _meta(value):
 
 
 def copied(value):
-    """A tensor argument's own copy (a call may write into it); any other value itself."""
-    return value.clone() if isinstance(value, torch.Tensor) else value
+    """A tensor argument's own copy (a call may write into it); any other value itself. A large prepared one's
+    costs nothing until written (see ``unwritten``)."""
+    return unwritten.copy(value)
