@@ -323,6 +323,28 @@ def test_a_shared_argument_kept_by_one_call_and_changed_in_a_later_one_reaches_t
     assert first.mutated == () and again.mutated == ()
 
 
+def test_a_large_prepared_input_is_shared_as_the_grader_s_own_file_and_no_call_changes_it(tmp_path):
+    """The grader keeps a large case input in a sealed memory file (``unwritten.py``); sharing it sends the file:
+    the server maps the grader's pages (no copy of its own), each call still gets its own copy, and a submission
+    that writes into its argument changes neither the grader's tensor nor the next call's."""
+    from attention_core.harness.checking import unwritten  # noqa: PLC0415
+
+    values = torch.arange(300_000, dtype=torch.float32)
+    big = unwritten.kept(values.clone())
+    assert unwritten.file_of(big) is not None
+    path = tmp_path / "sub.py"
+    path.write_text("def softmax(x, dim=-1):\n    y = x.clone()\n    x.fill_(-1)\n    return y\n")
+    with Worker(budget=30.0) as w:
+        w.share([big])
+        with open(f"/proc/{w.pid}/maps") as handle:  # noqa: PTH123
+            maps = handle.read()
+        assert "attention-argument" in maps and "attention-shared-" not in maps
+        with w.open(path) as s:
+            outcomes = [s.call("softmax", (big,), {"dim": d}) for d in (-1, 0)]
+    assert all(torch.equal(o.value, values) and o.mutated == (0,) for o in outcomes)
+    assert torch.equal(big, values)
+
+
 def test_a_shared_tensor_tells_its_untouched_view_from_a_written_one_by_the_pages_written():
     kept = wire.Shared(torch.arange(70_000, dtype=torch.float32), "t")
     view = kept.fresh()

@@ -34,6 +34,7 @@ from attention_core.grading.process.replies import (
 )
 from attention_core.grading.process.submission import Submission
 from attention_core.grading.server import wire
+from attention_core.harness.checking import unwritten
 from attention_core.harness.reading.settings import BUDGET
 
 __all__ = ["Submission", "Worker", "WorkerError"]
@@ -105,7 +106,8 @@ class Worker:
         A call whose argument *is* one of these tensors (the same object) sends its name; the
         child gets the server's bytes as they were stored (``wire.Shared``: a private mapping,
         copied only where the child writes). Sharing large arguments once saves copying them for
-        every submission and every call.
+        every submission and every call. A large prepared input that the grader keeps in a sealed memory file
+        (``unwritten.py``) is sent as that file: the server maps the grader's pages rather than holding a copy.
         """
         new = {
             f"t{len(self._shared) + i}": t
@@ -113,7 +115,14 @@ class Worker:
         }
         if not new:
             return
-        self.request({"op": "share", "tensors": {k: t.detach() for k, t in new.items()}})
+        files = {k: unwritten.file_of(t) for k, t in new.items()}  # (a large prepared input's: its pages are sent)
+        rest = {k: t.detach() for k, t in new.items() if files[k] is None}
+        if rest:
+            self.request({"op": "share", "tensors": rest})
+        for k, fd in files.items():
+            if fd is not None:
+                t = new[k]
+                self.request({"op": "share file", "key": k, "dtype": t.dtype, "shape": list(t.shape)}, fds=[fd])
         with self._lock:
             self._kept += new.values()  # alive as long as the worker: their ids stay theirs
             self._shared.update({id(t): k for k, t in new.items()})

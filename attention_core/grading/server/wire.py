@@ -16,6 +16,7 @@ Imports only the standard library and torch: the worker loads this file by path.
 import ctypes
 import fcntl
 import json
+import math
 import mmap
 import os
 import struct
@@ -146,6 +147,9 @@ def raw_bytes(tensor, nbytes):
     return memoryview(array).cast("B")
 
 
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE  # a shared tensor's file never changes
+
+
 class Shared:
     """A tensor the server keeps for every child: its bytes in a sealed memory file, mapped twice.
 
@@ -169,14 +173,28 @@ class Shared:
             data, written = raw_bytes(tensor, size), 0
             while written < size:
                 written += os.write(fd, data[written:])
-            fcntl.fcntl(
-                fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
-            )
-            self._shared = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-            self._private = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            self._address = self._view(self._private).data_ptr()  # where every fresh view's bytes start
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+            self._mapped(fd, size)
         finally:
             os.close(fd)
+
+    @classmethod
+    def from_file(cls, fd, dtype, shape):
+        """One over the bytes of the sealed memory file ``fd`` (the grader's own, sent with the request): the
+        same pages as the grader's, not a copy. Raises ValueError where the file is not sealed against every
+        change or its size is not the tensor's."""
+        shared = cls.__new__(cls)
+        shared.dtype, shared.shape = dtype, tuple(shape)
+        size = math.prod(shared.shape) * torch.empty(0, dtype=dtype).element_size()
+        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS != SEALS or os.fstat(fd).st_size != size or not size:
+            raise ValueError("a shared tensor's file is not sealed, or not of its size")
+        shared._mapped(fd, size)
+        return shared
+
+    def _mapped(self, fd, size):
+        self._shared = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        self._private = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._address = self._view(self._private).data_ptr()  # where every fresh view's bytes start
         with warnings.catch_warnings():  # torch warns that the original's buffer is read-only, as meant
             warnings.simplefilter("ignore")
             self.original = self._view(self._shared)

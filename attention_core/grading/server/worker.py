@@ -14,7 +14,8 @@ servers run on until their own control sockets end.
 
 The server reads requests from the grader on the control socket: ``share`` keeps tensors (large
 arguments) that the children it forks later inherit, so a call can name them instead of
-carrying their bytes; ``open`` (with the child's
+carrying their bytes (``share file``: one the grader keeps in a sealed memory file, sent as its descriptor, whose
+pages the server maps rather than copies); ``open`` (with the child's
 socket and the write end of its output pipe passed as file descriptors) forks a child;
 ``reap`` kills a child's process group and collects its exit status; ``modules`` lists the
 server's ``sys.modules``. At the control socket's end of file it kills every child and exits.
@@ -76,6 +77,15 @@ def serve(ctl, wire, sandbox):
         elif op == "share":
             shared.update({key: wire.Shared(t, key) for key, t in request["tensors"].items() if t.numel()})
             reply = {"shared": len(shared)}
+        elif op == "share file":  # the grader's own sealed memory file: its pages, not a copy
+            try:
+                shared[request["key"]] = wire.Shared.from_file(fds[0], request["dtype"], request["shape"])
+                reply = {"shared": len(shared)}
+            except (IndexError, KeyError, OSError, TypeError, ValueError) as err:
+                reply = {"error": f"a shared tensor could not be mapped: {err}"}
+            finally:
+                for fd in fds:
+                    os.close(fd)
         elif op == "modules":
             reply = {"modules": sorted(sys.modules)}
         else:

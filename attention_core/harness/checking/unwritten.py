@@ -2,12 +2,13 @@
 teacher's function in this process is handed its own copy of the check's arguments (it may write into them),
 and a batch makes thousands of such calls on the same few tensors.
 
-A large tensor of a batch's preparation is kept in a memory file (:func:`kept`); each copy of it
-(:func:`copy`) is a private mapping of that file, whose pages are the file's own until the call writes one, which
-then becomes the call's alone. Where the system has no memory files, or a tensor is not one kept so, a copy is
+A large tensor of a batch's preparation is kept in a sealed memory file (:func:`kept`): the tensor itself and
+each copy of it (:func:`copy`) are private mappings of that file, whose pages are the file's own until something
+writes one, which then becomes that mapping's alone. Where the system has no memory files, or a tensor is not one kept so, a copy is
 a clone.
 """
 
+import fcntl
 import mmap
 import os
 import warnings
@@ -20,22 +21,31 @@ _FILES: dict = {}  # id of a kept tensor, while it lives -> its _File (a tensor'
 
 
 class _File:
-    """A tensor's bytes in a memory file: ``mapped(shared)`` is a tensor over a mapping of it."""
+    """A tensor's bytes in a sealed memory file (its size and bytes fixed): ``mapped()`` is a tensor over a
+    private mapping of it. A process given the file (a worker server, see ``client.Worker.share``) maps the same
+    pages rather than holding a copy of its own."""
 
     def __init__(self, tensor):
         self.dtype, self.shape, self.size = tensor.dtype, tuple(tensor.shape), tensor.numel() * tensor.element_size()
-        self.fd = os.memfd_create("attention-argument", os.MFD_CLOEXEC)
+        self.fd = os.memfd_create("attention-argument", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, self.size)
-            self.mapped(shared=True).copy_(tensor)
+            with mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED) as buffer:
+                written = torch.frombuffer(buffer, dtype=self.dtype).reshape(self.shape)
+                written.copy_(tensor)
+                del written  # (the buffer is released before it is closed)
+            fcntl.fcntl(
+                self.fd,
+                fcntl.F_ADD_SEALS,
+                fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL,
+            )
         except BaseException:
             os.close(self.fd)
             raise
         weakref.finalize(self, os.close, self.fd)
 
-    def mapped(self, shared):
-        flags = mmap.MAP_SHARED if shared else mmap.MAP_PRIVATE
-        buffer = mmap.mmap(self.fd, self.size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    def mapped(self):
+        buffer = mmap.mmap(self.fd, self.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         with warnings.catch_warnings():  # (torch warns where a buffer is not writable: this one is)
             warnings.simplefilter("ignore")
             return torch.frombuffer(buffer, dtype=self.dtype).reshape(self.shape)
@@ -59,7 +69,7 @@ def kept(value):
         file = _File(value)
     except OSError:  # (no memory file could be made: the tensor stays as it is)
         return value
-    made = file.mapped(shared=True)
+    made = file.mapped()
     _FILES[id(made)] = file
     weakref.finalize(made, _FILES.pop, id(made), None)
     return made
@@ -72,4 +82,11 @@ def copy(value):
     file = _FILES.get(id(value))
     if file is None or value._version:  # (written since it was kept: the file no longer holds its values)
         return value.clone()
-    return file.mapped(shared=False)
+    return file.mapped()
+
+
+def file_of(value):
+    """The sealed memory file (its descriptor) that holds ``value``'s bytes, where ``value`` is a tensor
+    :func:`kept` made and nothing has written into since; else None."""
+    file = _FILES.get(id(value)) if isinstance(value, torch.Tensor) else None
+    return file.fd if file is not None and not value._version else None
