@@ -211,7 +211,7 @@ def test_the_grader_stays_under_1_5_gb_and_prints_no_raw_control_byte(batch):
 
 def test_a_grading_slot_s_trusted_processes_hold_a_bounded_memory(batch):
     """The command, its forking process, grader processes, worker servers and the servers' guards together, under
-    the attack corpus, --jobs 2: at most 400 MB PSS per slot (309 and 315 measured here as root and unprivileged;
+    the attack corpus, --jobs 2: at most 400 MB PSS per slot (196 and 202 measured here as root and unprivileged;
     docs/performance.md has the figures and where they go)."""
     _, (ran, _, _, _) = batch
     per_slot = ran["trusted_pss_kib"] / 2 / 1024
