@@ -385,3 +385,14 @@ def test_a_large_prepared_argument_s_copies_are_each_a_call_s_own_and_cost_nothi
     assert torch.equal(unwritten.copy(argument), original + 1)
     small = unwritten.kept(torch.ones(3))
     assert unwritten.copy(small).data_ptr() != small.data_ptr()
+
+
+def test_without_memory_files_a_prepared_input_stays_as_it_is_and_its_copies_are_clones(monkeypatch):
+    """Where the system has no memory files or fcntl (Windows), the check command still runs: a copy is a clone."""
+    from attention_core.harness.checking import unwritten  # noqa: PLC0415
+
+    monkeypatch.setattr(unwritten, "fcntl", None)
+    value = torch.ones(unwritten.LARGE)
+    assert unwritten.kept(value) is value and unwritten.file_of(value) is None
+    copy = unwritten.copy(value)
+    assert torch.equal(copy, value) and copy.data_ptr() != value.data_ptr()

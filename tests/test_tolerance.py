@@ -228,10 +228,10 @@ def test_a_large_comparison_decides_exactly_as_the_float64_rule_at_every_step_ar
 
 def test_a_failed_large_comparison_keeps_only_the_values_it_compared_and_reports_the_whole():
     """A failed comparison of millions of elements keeps, until its report is read, what the report and the
-    pictures need: the values it compared (the actual ones as given, not a float64 copy, and the expected ones),
-    not its temporaries (the differences, their ratios, the mismatch mask) nor its allowance (as large as the
-    expected values in float64: made again when read). A grader holds such failures for a whole submission, and
-    caches some."""
+    pictures need: the values it compared (the actual ones in their own dtype, not a float64 copy, and the expected
+    ones), not its temporaries (the differences, their ratios, the mismatch mask) nor its allowance (as large as
+    the expected values in float64: made again when read). A grader holds such failures for a whole submission, and
+    caches some. The actual values are its own: the caller writing into its tensor later changes no report."""
     g = torch.Generator().manual_seed(5)
     expected = torch.randn(4, compare.LARGE, generator=g, dtype=torch.float64)
     actual = (expected * (1 + 1e-3 * torch.randn(expected.shape, generator=g, dtype=torch.float64))).float()
@@ -239,7 +239,8 @@ def test_a_failed_large_comparison_keeps_only_the_values_it_compared_and_reports
     cells = [cell.cell_contents for cell in mismatch.report.__closure__]
     held = {value.untyped_storage().data_ptr() for value in cells if isinstance(value, torch.Tensor)}
     assert held <= {t.untyped_storage().data_ptr() for t in (mismatch.actual, mismatch.expected)}
-    assert mismatch.actual.untyped_storage().data_ptr() == actual.untyped_storage().data_ptr()
+    assert mismatch.actual.dtype == torch.float32 and torch.equal(mismatch.actual, actual.reshape(-1))
+    assert mismatch.actual.untyped_storage().data_ptr() != actual.untyped_storage().data_ptr()
     assert not isinstance(mismatch.allowed, torch.Tensor)
     assert torch.equal(mismatch.allowance, tolerance.full_allowance(expected, torch.float32).reshape(-1))
     # The worst element, found block by block, is the whole comparison's first greatest ratio; the report, made
@@ -250,6 +251,7 @@ def test_a_failed_large_comparison_keeps_only_the_values_it_compared_and_reports
     worst = int(ratio.argmax())
     assert mismatch.index == (worst // compare.LARGE, worst % compare.LARGE)
     assert mismatch.ratio == float(ratio[worst]) > 1
+    actual.zero_()  # (the caller's tensor, written after the comparison: the report is of what was compared)
     assert f"Mismatched elements: {int((ratio > 0).sum())} / {ratio.numel()} " in mismatch.message
 
 

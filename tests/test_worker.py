@@ -345,6 +345,24 @@ def test_a_large_prepared_input_is_shared_as_the_grader_s_own_file_and_no_call_c
     assert torch.equal(big, values)
 
 
+def test_a_server_maps_a_shared_file_only_where_it_is_sealed_against_every_change_and_of_the_tensor_s_size():
+    """A file that could still be written (then a later submission could receive other values than the grader
+    holds) or that is not the tensor's size is refused."""
+    import fcntl  # noqa: PLC0415
+
+    fd = os.memfd_create("t", os.MFD_ALLOW_SEALING)
+    try:
+        os.write(fd, bytes(16))
+        with pytest.raises(ValueError, match="not sealed"):
+            wire.Shared.from_file(fd, torch.float32, (4,))
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, wire.SEALS)
+        with pytest.raises(ValueError, match="not of its size"):
+            wire.Shared.from_file(fd, torch.float32, (5,))
+        assert torch.equal(wire.Shared.from_file(fd, torch.float32, (4,)).fresh(), torch.zeros(4))
+    finally:
+        os.close(fd)
+
+
 def test_a_shared_tensor_tells_its_untouched_view_from_a_written_one_by_the_pages_written():
     kept = wire.Shared(torch.arange(70_000, dtype=torch.float32), "t")
     view = kept.fresh()

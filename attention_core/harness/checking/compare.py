@@ -100,11 +100,15 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
     if problem is not None:
         return problem
     expected, allowance, finite = _prepared(expected, actual.dtype, rtol, atol, kept)
-    shape = tuple(actual.shape)
+    shape, given = tuple(actual.shape), actual
     actual = actual.detach().to("cpu").reshape(-1)  # (not copied to float64: converted block by block)
-    if not actual.is_floating_point():  # (integers past 2**53 convert as float64 does: the comparison's rule)
+    if actual.dtype not in _EXACT:  # integers (past 2**53 they convert as float64 does: the rule), float8, ...
         actual = actual.to(torch.float64)
-    return compare_values(actual, expected, allowance, shape, finite=finite)
+    shares = given.device.type == "cpu" and actual.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    return compare_values(actual, expected, allowance, shape, finite=finite, owned=not shares)
+
+
+_EXACT = {torch.float16, torch.bfloat16, torch.float32, torch.float64}  # compared with float64 without a copy
 
 
 _PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(its version,): (float64 (N,), finite)}
@@ -205,7 +209,7 @@ class _Every:
         return tuple(reversed(position))
 
 
-def compare_values(actual, expected, allowed, index, *, finite=None):
+def compare_values(actual, expected, allowed, index, *, finite=None, owned=True):
     """Element-wise, in float64: NaN matches only NaN, an infinity only the same infinity, else |diff| <= allowed.
 
     Args:
@@ -216,6 +220,8 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
             expected values in float64). index: ``(N, ndim)`` positions, or a shape tuple when every element of
             that shape is compared in row-major order.
         finite: whether every expected value is finite, where already known.
+        owned: whether ``actual`` is the comparison's own (else, a view of the caller's tensor, which may be
+            written after: a mismatch keeps a copy of it, in its own dtype, for its report).
 
     Returns:
         A :class:`Mismatch` of stage "values", or None.
@@ -233,6 +239,7 @@ def compare_values(actual, expected, allowed, index, *, finite=None):
     worst, most = _worst_of(actual, expected, of or allowed, plain)
     if worst is None:
         return None
+    actual = actual if owned else actual.clone()
     positions = index if isinstance(index, torch.Tensor) else None
     index = index if positions is not None else _Every(index)
 

@@ -25,8 +25,11 @@ class Preparation:
         """A case's inputs; a large one kept so that each call's copy of it costs nothing until written."""
 
         def make():
-            scope = materialise(item.case, device=device)
-            scope.update({name: unwritten.kept(value) for name, value in scope.items()})
+            scope, kept = materialise(item.case, device=device), {}  # (inputs that are one tensor: one file)
+            for name, value in scope.items():
+                if id(value) not in kept:
+                    kept[id(value)] = unwritten.kept(value)
+                scope[name] = kept[id(value)]
             return scope
 
         return self._once(("scope", item, device), make)

@@ -4,17 +4,22 @@ and a batch makes thousands of such calls on the same few tensors.
 
 A large tensor of a batch's preparation is kept in a sealed memory file (:func:`kept`): the tensor itself and
 each copy of it (:func:`copy`) are private mappings of that file, whose pages are the file's own until something
-writes one, which then becomes that mapping's alone. Where the system has no memory files, or a tensor is not one kept so, a copy is
-a clone.
+writes one, which then becomes that mapping's alone. Where the system has no memory files, or a tensor is not one
+kept so, a copy is a clone. A copy's storage cannot grow (``resize_``), as a submission's own copies cannot in its
+worker server; a write that does not count as one (through ``.data`` or NumPy) is not seen.
 """
 
-import fcntl
 import mmap
 import os
 import warnings
 import weakref
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # (not on Windows: a copy there is a clone)
+    fcntl = None  # type: ignore[assignment]
 
 LARGE = 1 << 20  # bytes from which a prepared tensor is kept in a memory file
 _FILES: dict = {}  # id of a kept tensor, while it lives -> its _File (a tensor's == is element-wise: no weak keys)
@@ -56,6 +61,7 @@ def kept(value):
     file (which :func:`copy` copies by mapping); never one that needs gradients (its graph is its own)."""
     if (
         type(value) is not torch.Tensor
+        or fcntl is None
         or not hasattr(os, "memfd_create")
         or value.device.type != "cpu"
         or value.requires_grad
