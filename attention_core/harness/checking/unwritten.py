@@ -18,7 +18,7 @@ import torch
 
 try:
     import fcntl
-except ImportError:  # (not on Windows: a copy there is a clone)
+except ImportError:  # (Windows has none: a copy there is a clone)
     fcntl = None  # type: ignore[assignment]
 
 LARGE = 1 << 20  # bytes from which a prepared tensor is kept in a memory file
