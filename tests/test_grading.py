@@ -147,6 +147,18 @@ def test_each_mutant_loses_points_and_is_named_in_the_feedback(batch):
             assert not any(other in t["output"] for t in failed for other in others), mutant.name
 
 
+def test_a_backward_check_lost_to_a_values_mistake_named_elsewhere_is_charged_to_it(batch):
+    """Without the scale, one case's values come out right (a row of equal scores) and only its gradients are wrong:
+    the mistake named on attention's other checks is named there too, rather than a bare gradient mismatch."""
+    results, _, _ = batch
+    (head,) = [t for t in results["mutant_no_scale"]["tests"] if t["name"].endswith("head_stand_in/head/backward")]
+    assert head["status"] == "failed"
+    assert "Likely cause: the mistake named on `attention`'s other checks" in head["output"]
+    assert next(m.mistake for m in mutants.MUTANTS if m.name == "no_scale") in head["output"]
+    for name in ("reference", "template"):  # nothing of the kind where no values mistake is named
+        assert not any("Likely cause: the mistake named on" in t["output"] for t in results[name]["tests"])
+
+
 def test_a_mistake_that_keeps_the_values_right_is_named_only_where_the_values_are_right(batch):
     # Wrong values lose gradients for reasons of their own: the rigged submission's zeros, a
     # mutant's wrong arithmetic. Their backward checks must not say "the values are right".

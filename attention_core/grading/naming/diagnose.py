@@ -104,6 +104,7 @@ class Diagnoser:
                 grade.mistakes = tuple(m.words(function)[0] for m in found)
         self._name_generated(graded.grades, ask)
         _name_failing_parts(graded.grades, self.calls)
+        _name_backward_by_values(graded.grades)
 
     # ---------------------------------------------------------------- mistakes made from the reference
 
@@ -351,6 +352,31 @@ def _name_failing_parts(grades, calls=CALLS):
                     f"{fails} own checks. Fix: if yours calls {them}, make {them} pass first; "
                     f"these failures may then go too."
                 )
+
+
+def _name_backward_by_values(grades):
+    """A failed backward check that nothing named, of a function whose values are wrong on its other checks in
+    this submission, where a mistake was named: that mistake is its likely cause (one case's values can come out
+    right with it, as without the scale where a row's scores are all equal, and their gradients still be wrong)."""
+    named: dict = {}  # function -> its value checks' named mistakes, in order
+    for grade in grades:
+        if grade.mistakes and not grade.check_id.endswith("/backward") and not is_property(grade.check_id):
+            named.setdefault(_function_of(grade), {}).update(dict.fromkeys(grade.mistakes))
+    for grade in grades:
+        function = _function_of(grade)
+        if (
+            grade.check_id.endswith("/backward")
+            and not grade.result.passed
+            and not grade.diagnosis
+            and named.get(function)
+        ):
+            mistakes = tuple(named[function])
+            grade.mistakes = mistakes
+            grade.diagnosis = (
+                f"Likely cause: the mistake named on `{function}`'s other checks ({'; '.join(mistakes)}): values "
+                f"computed with it can come out right on one case and their gradients still be wrong. Fix: that "
+                f"mistake first; this check may then pass too."
+            )
 
 
 class _FirstEntry(runner.Preparation):
