@@ -111,7 +111,7 @@ def compare_full(actual, expected, *, rtol=None, atol=None, device=None):
 _EXACT = {torch.float16, torch.bfloat16, torch.float32, torch.float64}  # compared with float64 without a copy
 
 
-_PREPARED: dict = {}  # id of a large expected tensor, while it lives -> {(its version,): (float64 (N,), finite)}
+_PREPARED: dict = {}  # id of a large expected tensor, while it lives -> (its version, float64 (N,), finite)
 LARGE = 1 << 16  # elements from which an expected tensor's preparation is kept for its next comparison
 
 
@@ -127,17 +127,13 @@ def _prepared(expected, dtype, rtol, atol, kept=True):
     if expected.numel() < LARGE or not kept:
         flat = expected.to(torch.float64).reshape(-1)
         return flat, allowance, bool(torch.isfinite(flat).all())
-    key = (expected._version,)
     known = _PREPARED.get(id(expected))
     if known is None:
-        known = _PREPARED[id(expected)] = {}
         weakref.finalize(expected, _PREPARED.pop, id(expected), None)
-    if key not in known:
-        known.clear()
+    if known is None or known[0] != expected._version:
         flat = expected.to(torch.float64).reshape(-1)
-        known[key] = (flat, bool(torch.isfinite(flat).all()))
-    flat, finite = known[key]
-    return flat, allowance, finite
+        known = _PREPARED[id(expected)] = (expected._version, flat, bool(torch.isfinite(flat).all()))
+    return known[1], allowance, known[2]
 
 
 def every(test, *tensors):
@@ -227,81 +223,70 @@ def compare_values(actual, expected, allowed, index, *, finite=None, owned=True)
         A :class:`Mismatch` of stage "values", or None.
     """
     of = allowed if callable(allowed) else None
-    given = () if of else (allowed,)  # (a whole allowance: cut into blocks with the values)
+    whole = None if of else torch.as_tensor(allowed, dtype=torch.float64)
 
-    def allowance(e, *w):
-        return of(e) if of else w[0]
+    def raw(block):  # the allowance of a slice of the compared elements, as given
+        return of(expected[block]) if of else whole[block] if whole.ndim else whole
 
     finite = bool(torch.isfinite(expected).all()) if finite is None else finite
-    if finite and every(lambda a, e, *w: (a - e).abs() <= allowance(e, *w), actual, expected, *given):
+    blocks = [slice(start, start + BLOCK) for start in range(0, max(actual.numel(), 1), BLOCK)]
+    if finite and all(bool(((actual[b] - expected[b]).abs() <= raw(b)).all()) for b in blocks):
         return None  # the usual case (NaN and inf differences compare False)
     plain = finite and every(lambda a, e: torch.isfinite(a - e), actual, expected)
-    worst, most = _worst_of(actual, expected, of or allowed, plain)
+    worst, most = _worst_of(actual, expected, raw, blocks, plain)
     if worst is None:
         return None
     actual = actual if owned else actual.clone()
     positions = index if isinstance(index, torch.Tensor) else None
     index = index if positions is not None else _Every(index)
 
-    def shown(allowed, e):  # (as _differences gives it: an allowance scaled by a non-finite expectation is none)
-        allowed = torch.as_tensor(allowed, dtype=torch.float64).expand(e.shape)
+    def allowed_at(block):  # (as _differences takes it: an allowance scaled by a non-finite expectation is none)
+        allowed, e = raw(block).expand(expected[block].shape), expected[block]
         if plain:
             return allowed
         return torch.where(torch.isfinite(e) & ~torch.isnan(allowed), allowed, torch.zeros_like(allowed))
 
-    whole = None if of else shown(allowed, expected)
-
-    def allowed_at(block):  # the allowance of a block of the compared elements
-        return shown(of(expected[block]), expected[block]) if of else whole[block]
-
     return Mismatch(
         "values",
-        lambda: _values_report(actual, expected, allowed_at, index, plain),
+        lambda: _values_report(actual, expected, allowed_at, blocks, index, plain),
         index=tuple(int(i) for i in index[worst]),
         ratio=most,
         actual=actual,
         expected=expected,
-        allowed=(lambda: allowed_at(slice(None))) if of else whole,
+        allowed=(lambda: allowed_at(slice(None))) if of else allowed_at(slice(None)),
         positions=positions,
     )
 
 
-def _worst_of(actual, expected, allowed, plain):
+def _worst_of(actual, expected, raw, blocks, plain):
     """(the position of the greatest |diff| / allowed among the mismatches, the first where several are as great,
     a NaN greatest of all as ``argmax`` takes it; that ratio), or (None, 0.0) where nothing is a mismatch. Block by
     block, each in the branch of :func:`_differences` that the whole takes (``plain``): a failed comparison of
-    millions of elements makes temporaries of a block's size, not of its own. ``allowed``: as
-    :func:`compare_values` takes it."""
-    n = actual.numel()
-    of = allowed if callable(allowed) else None
-    allowed = None if of else torch.as_tensor(allowed, dtype=torch.float64)
+    millions of elements makes temporaries of a block's size, not of its own. ``raw(block)``: the allowance of a
+    block."""
     worst, most = None, 0.0
-    for start in range(0, max(n, 1), BLOCK):
-        block = slice(start, start + BLOCK)
-        here = of(expected[block]) if of else allowed[block] if allowed.ndim else allowed
-        _, _, bad, ratio = _differences(actual[block], expected[block], here, plain, plain=plain)
+    for block in blocks:
+        _, bad, ratio = _differences(actual[block], expected[block], raw(block), plain)
         if bool(bad.any()):
             at = int(ratio.argmax())
             value = float(ratio[at])
             if worst is None or (math.isnan(value) and not math.isnan(most)) or value > most:
-                worst, most = start + at, value
+                worst, most = block.start + at, value
     return worst, most
 
 
-def _differences(actual, expected, allowed, finite, plain=None):
-    """(|actual - expected|, the allowance at its shape, where it is a mismatch, |diff| / allowed there and 0
-    elsewhere), NaN matching NaN and an infinity only itself. Made for the verdict, and made again from the
-    same three for the report (which is read once, later): a comparison of millions of elements that fails
-    keeps none of its temporaries (the same allowance given again gives the same four). ``plain``: the branch
-    for finite differences is taken (else the one for NaN and infinities), where the caller decided it for the
-    whole comparison (a block of it is given)."""
+def _differences(actual, expected, allowed, plain):
+    """(|actual - expected|, where it is a mismatch, |diff| / allowed there and 0 elsewhere), NaN matching NaN and
+    an infinity only itself. Made block by block for the verdict, and again for the report (which is read once,
+    later): a comparison of millions of elements that fails keeps none of its temporaries. ``plain``: the branch
+    for finite differences is taken (else the one for NaN and infinities), as the caller decided it for the whole
+    comparison (a block of it is given)."""
     diff = torch.sub(actual, expected).abs_()
     close = diff <= allowed
     allowed = torch.as_tensor(allowed, dtype=torch.float64)
-    if plain if plain is not None else finite and every(torch.isfinite, diff):
+    if plain:
         bad = close.logical_not_()  # every number finite: what is not close is a mismatch
         divisor = allowed.clamp(min=1e-300)  # before it is expanded: a number stays a number
-        allowed = allowed.expand(diff.shape)
     else:
         allowed = allowed.expand(diff.shape)
         same_special = (torch.isnan(actual) & torch.isnan(expected)) | (torch.isinf(expected) & (actual == expected))
@@ -312,10 +297,10 @@ def _differences(actual, expected, allowed, finite, plain=None):
         bad = diff > allowed
         divisor = allowed.clamp(min=1e-300)
     ratio = torch.div(diff, divisor).masked_fill_(~bad, 0.0)
-    return diff, allowed, bad, ratio
+    return diff, bad, ratio
 
 
-def _values_report(actual, expected, allowed_at, index, plain):
+def _values_report(actual, expected, allowed_at, blocks, index, plain):
     """The report's text (see :func:`_differences`), made block by block as the verdict was: a failed comparison
     of millions of elements makes temporaries of a block's size when its report is read. ``allowed_at``: the
     allowance of a slice of the compared elements; ``plain``: every difference is finite (the branch of
@@ -323,26 +308,25 @@ def _values_report(actual, expected, allowed_at, index, plain):
     n = actual.numel()
     n_bad, most_abs, most_rel = 0, (-1.0, 0), (-1.0, 0)  # (the greatest, its position: the first where tied)
     worst = (torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.long))  # the table's, largest first
-    for start in range(0, max(n, 1), BLOCK):
-        block = slice(start, start + BLOCK)
+    for block in blocks:
         a, e = actual[block], expected[block]
-        diff, _, bad, ratio = _differences(a, e, allowed_at(block), plain, plain=plain)
+        diff, bad, ratio = _differences(a, e, allowed_at(block), plain)
         n_bad += int(bad.sum())
         at = int(diff.masked_fill(~bad, -1.0).argmax())
-        if float(diff[at]) > most_abs[0] and bool(bad[at]):
-            most_abs = (float(diff[at]), start + at)
+        if float(diff[at]) > most_abs[0]:
+            most_abs = (float(diff[at]), block.start + at)
         # Relative to a non-zero expected value only: against 0 every difference is infinitely large.
         nonzero = bad & (e != 0) & torch.isfinite(e)
         rel = torch.div(diff, e.abs().clamp(min=1e-300)).masked_fill_(~nonzero, -1.0)
         at = int(rel.argmax())
         if float(rel[at]) > most_rel[0]:
-            most_rel = (float(rel[at]), start + at)
+            most_rel = (float(rel[at]), block.start + at)
         # The greatest ratios, ties in position order (a NaN ratio, no allowance, first): a stable sort of the
         # table so far (earlier positions) and this block's own greatest.
         mine = torch.nonzero(bad).flatten()
         values = ratio[mine]
         keep = torch.sort(values, descending=True, stable=True).indices[:MAX_TABLE_ROWS]
-        values, positions = torch.cat([worst[0], values[keep]]), torch.cat([worst[1], mine[keep] + start])
+        values, positions = torch.cat([worst[0], values[keep]]), torch.cat([worst[1], mine[keep] + block.start])
         keep = torch.sort(values, descending=True, stable=True).indices[:MAX_TABLE_ROWS]
         worst = (values[keep], positions[keep])
 
@@ -366,7 +350,7 @@ def _values_report(actual, expected, allowed_at, index, plain):
         f"  {'index':<14}{'expected':>15}{'actual':>15}{'|diff|':>12}{'allowed':>12}",
     ]
     for i in worst[1].tolist():
-        diff = _differences(actual[i : i + 1], expected[i : i + 1], allowed_at(slice(i, i + 1)), plain, plain=plain)[0]
+        diff = _differences(actual[i : i + 1], expected[i : i + 1], allowed_at(slice(i, i + 1)), plain)[0]
         shown_expected, shown_actual = _num_pair(expected[i], actual[i])
         lines.append(
             f"  {_idx(index[i]):<14}{shown_expected:>15}{shown_actual:>15}{_num(diff[0]):>12}{_num(allowed(i)):>12}"

@@ -85,14 +85,19 @@ def copy(value):
     """A tensor argument's own copy (a call may write into it); any other value itself."""
     if not isinstance(value, torch.Tensor):
         return value
-    file = _FILES.get(id(value))
-    if file is None or value._version:  # (written since it was kept: the file no longer holds its values)
-        return value.clone()
-    return file.mapped()
+    file = _unwritten(value)
+    return file.mapped() if file is not None else value.clone()
 
 
 def file_of(value):
     """The sealed memory file (its descriptor) that holds ``value``'s bytes, where ``value`` is a tensor
     :func:`kept` made and nothing has written into since; else None."""
-    file = _FILES.get(id(value)) if isinstance(value, torch.Tensor) else None
-    return file.fd if file is not None and not value._version else None
+    file = _unwritten(value) if isinstance(value, torch.Tensor) else None
+    return file.fd if file is not None else None
+
+
+def _unwritten(tensor):
+    """The _File of a tensor :func:`kept` made, where nothing has written into it since (the file then holds its
+    values); else None."""
+    file = _FILES.get(id(tensor))
+    return file if file is not None and not tensor._version else None
