@@ -198,7 +198,10 @@ def freeze():
     gc.freeze()
 
 
-MMAP_THRESHOLD = 256 << 10  # bytes: a block this large is the system's own pages, given back when freed
+# Bytes: a block this large is the system's own pages, given back when freed. Above a comparison block's float64
+# temporaries (compare.BLOCK: 512 KiB), which come and go thousands of times a submission: at 256 KiB each was
+# mapped and faulted in afresh, and a wrong answer to a large check cost its grader process twice the CPU.
+MMAP_THRESHOLD = 1 << 20
 M_MMAP_THRESHOLD = -3  # (glibc's malloc.h)
 
 
@@ -211,7 +214,7 @@ def _settled():
 
     glibc raises its threshold for mapping a block of its own to the size of the largest one freed (up to 32 MB),
     so that after a large check's first run its 16 MB temporaries come from the heap, which keeps them: a fixed
-    threshold turns that off (``mallopt(M_MMAP_THRESHOLD)``)."""
+    threshold turns that off (``mallopt(M_MMAP_THRESHOLD)``) for blocks above :data:`MMAP_THRESHOLD`."""
     freeze()
     try:
         libc = ctypes.CDLL(None)

@@ -323,10 +323,9 @@ def _values_report(actual, expected, allowed_at, blocks, index, plain):
             most_rel = (float(rel[at]), block.start + at)
         # The greatest ratios, ties in position order (a NaN ratio, no allowance, first): a stable sort of the
         # table so far (earlier positions) and this block's own greatest.
-        mine = torch.nonzero(bad).flatten()
+        mine = _greatest(ratio, bad)
         values = ratio[mine]
-        keep = torch.sort(values, descending=True, stable=True).indices[:MAX_TABLE_ROWS]
-        values, positions = torch.cat([worst[0], values[keep]]), torch.cat([worst[1], mine[keep] + block.start])
+        values, positions = torch.cat([worst[0], values]), torch.cat([worst[1], mine + block.start])
         keep = torch.sort(values, descending=True, stable=True).indices[:MAX_TABLE_ROWS]
         worst = (values[keep], positions[keep])
 
@@ -358,6 +357,19 @@ def _values_report(actual, expected, allowed_at, blocks, index, plain):
     if n_bad > MAX_TABLE_ROWS:
         lines.append(f"  ... and {n_bad - MAX_TABLE_ROWS} more")
     return "\n".join(lines)
+
+
+def _greatest(ratio, bad):
+    """The positions, in order, of the mismatches (``bad``) whose ``ratio`` is among the :data:`MAX_TABLE_ROWS`
+    greatest, ties at the last place included (a NaN is the greatest, as a descending sort takes it): what a
+    stable descending sort of every mismatch puts first, found without sorting them all (a wrong answer of
+    millions of elements is a mismatch everywhere)."""
+    if not bool(bad.any()):
+        return torch.empty(0, dtype=torch.long)
+    ratio = ratio.masked_fill(~bad, -math.inf)  # (a mismatch's ratio is above 0 or NaN: never -inf)
+    last = torch.topk(ratio, min(MAX_TABLE_ROWS, ratio.numel())).values[-1]
+    among = torch.isnan(ratio) if bool(torch.isnan(last)) else (ratio >= last) | torch.isnan(ratio)
+    return torch.nonzero(among & bad).flatten()
 
 
 def _idx(row):
