@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from attention_core.grading.naming.mutants import Mutant
 from attention_core.grading.naming.operators import operators
-from attention_core.grading.naming.slips import Context, Slip, _name, context_of, slips, tree_copy
+from attention_core.grading.naming.slips import Context, Slip, _name, context_of, slips
 from attention_core.harness.reading import assignment as assignments
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # made again; the rest is the import's
@@ -191,7 +191,9 @@ def _mutated(tree, walk, group, path, imported):
     for place in group:
         target = walk.nodes[place.index]
         parent = walk.parents.get(id(target))
-        replacement = tree_copy(place.slip.replacement)
+        # The slip's own node, not a copy: nothing here writes into it but the places its new nodes lack, which
+        # are its target's each time it is used (alone, and in its group of alike places).
+        replacement = place.slip.replacement
         if parent is None or not _replace(copied(parent), copies.get(id(target), target), replacement):
             return None, None
         _locate(replacement, target)
