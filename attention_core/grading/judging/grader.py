@@ -365,7 +365,9 @@ class Grader(BackwardChecks, PropertyGrades):
             result = self._value_result(item, functions)
         if result.status in (Status.CASE_ERROR, Status.HARNESS_ERROR):  # the case's fault, or ours: no one's to pay
             return [Grade(item.id, item, result, 0.0, 0.0, visibility, source)]
-        call = self._call_texts.setdefault(item, self._call_text(item))
+        if item not in self._call_texts:  # (made once a batch: setdefault would make it again for each submission)
+            self._call_texts[item] = self._call_text(item)
+        call = self._call_texts[item]
         value = Grade(
             item.id, item, result, self._value_score(item, result, points), points, visibility, source, call=call
         )
