@@ -120,6 +120,20 @@ def test_an_ambiguous_folder_is_refused_before_anything_is_graded(tmp_path):
 
 
 @pytest.mark.grading
+def test_python_s_bytecode_cache_among_the_given_paths_is_left_aside_and_the_students_are_graded(tmp_path):
+    """``grade submissions/*`` after something imported a student's file there: the shell's ``*`` names
+    ``__pycache__`` too, which is no one's submission (it alone refused the whole batch)."""
+    folder = _folder(tmp_path, {"alice.py": "def softmax(x, dim=-1):\n    return x\n", "bob.py": FULL})
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "alice.cpython-311.pyc").write_bytes(b"\x00" * 16)
+    stream, report = io.StringIO(), io.StringIO()
+    given = sorted(folder.iterdir())
+    assert grade_command(given, tmp_path / "out", stream=stream, report=report) == 0, stream.getvalue()[-600:]
+    assert "__pycache__ is left aside: Python's bytecode cache" in stream.getvalue()
+    graded = [line.split()[0] for line in report.getvalue().splitlines() if " / " in line]
+    assert sorted(last_part(g) for g in graded) == ["alice", "bob"]
+
+
 def test_a_folder_of_students_files_is_graded_one_row_each(tmp_path):
     from attention_core import reference  # noqa: PLC0415
 
