@@ -1,7 +1,9 @@
 """The plugin as a course's repository and this project meet it: loaded through its entry point.
 
 Each test builds a scratch project with ``pytester`` (no conftest of ours) and runs pytest in a
-subprocess, where the plugin can only come from the installed package's ``pytest11`` entry point.
+subprocess, where the plugin can only come from the installed package's ``pytest11`` entry point (the one
+about what another project's run collects runs pytest in this process: ``tests/outputs.pytest_here``, the
+plugin found by its entry point as well).
 """
 
 import io
@@ -12,7 +14,9 @@ import pytest
 import torch
 
 from attention_core import checks
+from attention_core.harness.checking import runner
 from attention_core.harness.checking.devices import NO_CUDA, covered
+from tests.outputs import pytest_here
 
 pytestmark = pytest.mark.slow  # end to end: the quick loop leaves this module out
 
@@ -117,6 +121,16 @@ def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(cour
     result = course.runpytest_subprocess("--cases=../checks", "-v")
     result.assert_outcomes(**_outcomes(1, 1))
     result.stdout.fnmatch_lines(["*test_case[[]repro/lin/attn-cpu] PASSED*"])
+
+
+def test_another_project_where_the_package_is_installed_runs_its_own_tests_alone_unless_it_asks(tmp_path):
+    (tmp_path / "test_mine.py").write_text("def test_mine():\n    pass\n", encoding="utf-8")
+    run = pytest_here("-q", "-p", "no:cacheprovider", cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.splitlines()[-1].startswith("1 passed"), run.stdout[-500:]
+    asked = pytest_here("-q", "-p", "no:cacheprovider", "-m", "case", "--device", "cpu", cwd=tmp_path)
+    assert asked.returncode == 0 and "test_mine" not in asked.stdout, asked.stdout[-500:]
+    ours = runner.collect(runner.default_cases_folder())  # the package's case checks, one item each on the CPU
+    assert asked.stdout.splitlines()[-1].startswith(f"{len(ours)} passed"), asked.stdout[-300:]
 
 
 def test_snapshot_update_is_refused_for_another_folder(course):

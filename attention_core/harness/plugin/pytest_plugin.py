@@ -10,10 +10,13 @@ with ``--impl`` ends with the points of the visible ones (``harness/plugin/point
 
 The case checks are ``harness/plugin/case_checks.py``'s ``test_case``. A project that keeps snapshots
 imports it into ``tests/test_cases.py``; where no collected module holds it (a course's
-repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itself.
+repository, ``pytest --cases DIR``), the plugin collects ``case_checks.py`` itself, for a run that asks
+for case checks (``--cases``, ``--assignment``, ``--impl`` or ``-m case``): another project's own
+``pytest`` runs its own tests alone.
 """
 
 import os
+import re
 from fnmatch import fnmatch
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -245,11 +248,13 @@ def pytest_make_collect_report(collector):
 
     They stand last, so that a run whose own ``test_cases.py`` holds the case checks (this
     project) finds them already collected, and the package's module yields nothing. A run
-    given only test files (``pytest tests/test_expr.py``) gets no case checks.
+    given only test files (``pytest tests/test_expr.py``), or one that does not ask for case checks
+    (:func:`_asks`: another project's own tests), gets none.
     """
     outcome = yield
     report = outcome.get_result()
-    if isinstance(collector, pytest.Session) and report.passed and _collects_a_folder(collector.config):
+    config = collector.config
+    if isinstance(collector, pytest.Session) and report.passed and _collects_a_folder(config) and _asks(config):
         # Named as in a source checkout, wherever the package is installed.
         nodeid = CASE_CHECKS_MODULE.replace(".", "/") + ".py"
         report.result.append(PackageCaseChecks.from_parent(collector, path=CASE_CHECKS, nodeid=nodeid))
@@ -262,6 +267,14 @@ class PackageCaseChecks(pytest.Module):
         if any("case_check" in getattr(item, "fixturenames", ()) for item in self.session.items):
             return []
         return super().collect()
+
+
+def _asks(config):
+    """Whether the run asks for case checks: it names their folder, an assignment or a submission (``--cases``,
+    ``--assignment``, ``--impl``), or selects them (``-m case``). A project of its own where the package is merely
+    installed runs its own tests alone."""
+    named = any(config.getoption(option) is not None for option in ("--cases", "--assignment", "--impl"))
+    return named or re.search(r"\bcase\b", config.getoption("markexpr", "") or "") is not None
 
 
 def _collects_a_folder(config):
