@@ -8,11 +8,12 @@ import pytest
 
 from attention_core.grading.intake import ids
 from attention_core.grading.outputs.gradebook import write_gradebook
+from attention_core.grading.outputs.scores import Score, Scores
 from tests.outputs import HEAD, grade_head
 
 
 def _graded(name, **scores):
-    grades = [SimpleNamespace(check_id=check, score=score, max_score=2.0) for check, score in scores.items()]
+    grades = [Score(check, score, 2.0) for check, score in scores.items()]
     return SimpleNamespace(name=name, score=sum(scores.values()), max_score=2.0 * len(scores), grades=grades)
 
 
@@ -33,6 +34,23 @@ def test_a_second_batch_replaces_its_own_rows_and_keeps_the_others(tmp_path):
         ["carol", "3", "4", "2", "", "1"],
     ]
     assert not (tmp_path / "gradebook.csv.partial").exists()
+
+
+def test_points_possible_are_each_check_s_own_whatever_a_failed_check_stands_for(tmp_path):
+    """A failed check stands for the checks that rest on its values (its backward check, a property): their points
+    move onto it in that submission's grades, so that one mistake is charged once. A column's points possible are
+    the check's own all the same: what a passing submission earns there, and the row adds up to the maximum."""
+    passing = Scores("alice", 4, 4, grades=[Score("f/c/a", 1, 1), Score("f/c/p", 3, 3, kind="property")])
+    failing = Scores(  # a's 1 point and the property's 3, charged once with a
+        "bob", 0, 4, grades=[Score("f/c/a", 0, 4, worth=1), Score("f/c/p", 0, 0, kind="property", worth=3)]
+    )
+    book = tmp_path / "gradebook.csv"
+    write_gradebook([failing, passing], book)
+    possible = _rows(book)[1]
+    assert possible == ["Points Possible", "4", "4", "1", "3"]
+    assert sum(float(p) for p in possible[3:]) == float(possible[1])
+    recorded = Scores.from_record(failing.to_record())  # a kept record says the same
+    assert [g.possible for g in recorded.grades] == [1, 3] and recorded.grades[0].max_score == 4
 
 
 def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):

@@ -374,6 +374,7 @@ class Grader(BackwardChecks, PropertyGrades):
         if gradient_points <= 0:
             return [value]
         if not result.passed:  # one charge per mistake: its gradients are not checked, and charged with it
+            value.worth = value.possible
             value.max_score += gradient_points
             why = "the values are wrong" if result.status is Status.FAILED else "the call returned no values"
             value.charged = (

@@ -27,6 +27,13 @@ class Grade:
     call: str = ""  # the call as the student's function sees it (feedback.call_text)
     charged: str = ""  # what else this check's score stands for (its gradients, not checked: one charge)
     mistakes: tuple = ()  # the mistakes its feedback names as likely, each in its own words (summary.csv's rows)
+    worth: float | None = None  # the check's own points where a charge moved points onto or off it (else max_score)
+
+    @property
+    def possible(self):
+        """The check's own points, whatever a charge moved: what a submission that passes it earns (a gradebook's
+        column)."""
+        return self.max_score if self.worth is None else self.worth
 
 
 @dataclass
@@ -76,6 +83,7 @@ def charge_unearned(grades):
     for failed, name, moved in charged.values():
         total, kinds = sum(g.max_score for g in moved), _counted(moved)
         for grade in moved:
+            grade.worth = grade.possible
             grade.score, grade.max_score = 0.0, 0.0
             grade.charged = " ".join(
                 filter(
@@ -89,6 +97,7 @@ def charge_unearned(grades):
                     ],
                 )
             )
+        failed.worth = failed.possible
         failed.max_score += total
         failed.charged = " ".join(
             filter(

@@ -15,22 +15,25 @@ NOTES = "notes"  # the last column, where a row has one (ids that only look like
 
 def write_gradebook(graded_list, path, keys=None, notes=None):
     """Columns ``submission,score,max_score`` then one per check (that check's score), and ``notes`` where a row
-    has one; the first row under the header is ``Points Possible``: each column's most points.
+        has one; the first row under the header is ``Points Possible``: each check's own points (where a failed check
+    stands for others, its row's cells move none of them: what a passing submission earns, column by column).
 
-    A row's key is the submission's id, or ``keys[id]`` (a platform's student id, with ``--roster``). A
-    gradebook already at ``path`` grows: a submission graded now replaces its own row, and every other
-    row stays as it was (a late student graded into the same folder drops nobody). Written to a new file
-    beside it, then moved into place, so an interrupted write leaves the old gradebook whole. Returns the
-    maximums its rows hold (more than one: the assignment changed between gradings)."""
+        A row's key is the submission's id, or ``keys[id]`` (a platform's student id, with ``--roster``). A
+        gradebook already at ``path`` grows: a submission graded now replaces its own row, and every other
+        row stays as it was (a late student graded into the same folder drops nobody). Written to a new file
+        beside it, then moved into place, so an interrupted write leaves the old gradebook whole. Returns the
+        maximums its rows hold (more than one: the assignment changed between gradings)."""
     keys, notes = keys or {}, notes or {}
     rows, checks, possible = _existing_rows(path)
+    own: dict = {}  # check -> its own points, as the submissions graded now give them
     for graded in graded_list:
         checks += [g.check_id for g in graded.grades if g.check_id not in checks]
         for g in graded.grades:
-            possible[g.check_id] = max(possible.get(g.check_id, 0.0), g.max_score)
+            own[g.check_id] = max(own.get(g.check_id, 0.0), g.possible)
         scores = {g.check_id: points(g.score) for g in graded.grades}
         row = {"score": points(graded.score), "max_score": points(graded.max_score), **scores}
         rows[keys.get(graded.name, graded.name)] = {**row, NOTES: notes.get(graded.name, "")}
+    possible.update(own)  # (a charge moves points between one submission's checks: a column's are the check's own)
     maximums = {str(row.get("max_score", "")) for row in rows.values()}
     most = max((float(m) for m in maximums if m), default=0.0)
     noted = any(row.get(NOTES) for row in rows.values())

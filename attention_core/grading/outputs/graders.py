@@ -180,7 +180,7 @@ def write(graded, name, out):
         graded.score,
         graded.max_score,
         graded.protections,
-        [Score(g.check_id, g.score, g.max_score, tuple(g.mistakes), _kind(g.check_id)) for g in graded.grades],
+        [Score(g.check_id, g.score, g.max_score, tuple(g.mistakes), _kind(g.check_id), g.worth) for g in graded.grades],
         graded.error,
     )
 

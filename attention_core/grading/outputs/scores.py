@@ -18,15 +18,22 @@ class Score:
     max_score: float = 0.0
     mistakes: tuple = ()
     kind: str = "value"
+    worth: float | None = None  # the check's own points, where a charge moved points onto or off it (Grade's)
+
+    @property
+    def possible(self):
+        """What a submission that passes this check earns on it: its column's points in a gradebook."""
+        return self.max_score if self.worth is None else self.worth
 
     def to_record(self):
-        return {
+        record = {
             "check": self.check_id,
             "score": self.score,
             "max_score": self.max_score,
             "kind": self.kind,
             "mistakes": list(self.mistakes),
         }
+        return record if self.worth is None else {**record, "worth": self.worth}
 
     @classmethod
     def from_record(cls, record):
@@ -39,6 +46,7 @@ class Score:
             float(record["max_score"]),
             tuple(map(str, record["mistakes"])),
             kind,
+            None if record.get("worth") is None else float(record["worth"]),
         )
 
 
