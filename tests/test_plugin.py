@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from attention_core import checks
-from attention_core.harness.checking import runner
 from attention_core.harness.checking.devices import NO_CUDA, covered
 from tests.outputs import pytest_here
 
@@ -127,10 +126,13 @@ def test_another_project_where_the_package_is_installed_runs_its_own_tests_alone
     (tmp_path / "test_mine.py").write_text("def test_mine():\n    pass\n", encoding="utf-8")
     run = pytest_here("-q", "-p", "no:cacheprovider", cwd=tmp_path)
     assert run.returncode == 0 and run.stdout.splitlines()[-1].startswith("1 passed"), run.stdout[-500:]
-    asked = pytest_here("-q", "-p", "no:cacheprovider", "-m", "case", "--device", "cpu", cwd=tmp_path)
+    options = ("-q", "-p", "no:cacheprovider", "-m", "case", "--device", "cpu")
+    listed = [line for line in pytest_here(*options, "--co", cwd=tmp_path).stdout.splitlines() if "::" in line]
+    assert listed and all(i.startswith("attention_core/harness/plugin/case_checks.py::test_case[") for i in listed)
+    assert {i.split("[", 1)[1].split("/", 1)[0] for i in listed} == {p.stem for p in (ROOT / "cases").glob("*.yaml")}
+    asked = pytest_here(*options, cwd=tmp_path)  # (asked for: the package's case checks, each of its case files')
     assert asked.returncode == 0 and "test_mine" not in asked.stdout, asked.stdout[-500:]
-    ours = runner.collect(runner.default_cases_folder())  # the package's case checks, one item each on the CPU
-    assert asked.stdout.splitlines()[-1].startswith(f"{len(ours)} passed"), asked.stdout[-300:]
+    assert asked.stdout.splitlines()[-1].startswith(f"{len(listed)} passed"), asked.stdout[-300:]
 
 
 def test_snapshot_update_is_refused_for_another_folder(course):
