@@ -360,7 +360,7 @@ def _name_backward_by_values(grades):
     right with it, as without the scale where a row's scores are all equal, and their gradients still be wrong)."""
     named: dict = {}  # function -> its value checks' named mistakes, in order
     for grade in grades:
-        found = grade.mistakes  # (none where a check passed: it was not explained)
+        found = getattr(grade, "mistakes", ())  # (a check that passed was not explained)
         if found and not grade.check_id.endswith("/backward") and not is_property(grade.check_id):
             named.setdefault(_function_of(grade), {}).update(dict.fromkeys(found))
     for grade in grades:
