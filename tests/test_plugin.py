@@ -1,9 +1,9 @@
 """The plugin as a course's repository and this project meet it: loaded through its entry point.
 
-Each test builds a scratch project with ``pytester`` (no conftest of ours) and runs pytest in a
-subprocess, where the plugin can only come from the installed package's ``pytest11`` entry point (the one
-about what another project's run collects runs pytest in this process: ``tests/outputs.pytest_here``, the
-plugin found by its entry point as well).
+Each test builds a scratch project with ``pytester`` (no conftest of ours) and runs pytest there in this
+process (``tests/outputs.pytest_here``: pytest's own ``main()``, the plugin found by the installed package's
+``pytest11`` entry point, as a new process finds it), but one: the run that says which modules ``-m case``
+imports is a new interpreter's, where nothing but that run has imported anything.
 """
 
 import io
@@ -94,6 +94,12 @@ def project(course):
     return course
 
 
+def _run(course, *args, cwd=None):
+    """pytest with ``args`` in the course's folder (or ``cwd``), run in this process: a RunResult."""
+    done = pytest_here("-p", "no:cacheprovider", *args, cwd=cwd or course.path)
+    return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
+
+
 def _outcomes(passed_on_cpu, per_device):
     """The outcome counts when each device-parametrised item comes ``per_device`` times."""
     if CUDA:
@@ -101,8 +107,8 @@ def _outcomes(passed_on_cpu, per_device):
     return {"passed": passed_on_cpu, "skipped": per_device}
 
 
-def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(course, monkeypatch):
-    result = course.runpytest_subprocess("--cases", "checks", "-v", "-rs")
+def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(course):
+    result = _run(course, "--cases", "checks", "-v", "-rs")
     result.assert_outcomes(**_outcomes(2, 1))
     result.stdout.fnmatch_lines(
         [
@@ -116,8 +122,7 @@ def test_a_course_runs_its_case_checks_with_either_spelling_from_any_folder(cour
     assert "snapshot report summary" not in result.stdout.str()
 
     (course.path / "sub").mkdir()
-    monkeypatch.chdir(course.path / "sub")
-    result = course.runpytest_subprocess("--cases=../checks", "-v")
+    result = _run(course, "--cases=../checks", "-v", cwd=course.path / "sub")
     result.assert_outcomes(**_outcomes(1, 1))
     result.stdout.fnmatch_lines(["*test_case[[]repro/lin/attn-cpu] PASSED*"])
 
@@ -136,7 +141,7 @@ def test_another_project_where_the_package_is_installed_runs_its_own_tests_alone
 
 
 def test_snapshot_update_is_refused_for_another_folder(course):
-    result = course.runpytest_subprocess("--cases", "checks", "--snapshot-update")
+    result = _run(course, "--cases", "checks", "--snapshot-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -168,7 +173,7 @@ def test_another_folder_runs_the_whole_suite_and_leaves_the_projects_snapshots_a
     # Outside the project, and as two words: pytest takes its rootdir from that folder.
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     shutil.copytree(project.path / "checks", elsewhere / "checks")
-    result = project.runpytest_subprocess("--cases", elsewhere / "checks", "-v")
+    result = _run(project, "--cases", elsewhere / "checks", "-v")
     # The repro case: its check and its two low-precision items; then the low-precision bound
     # test and the other two modules' tests.
     result.assert_outcomes(**_outcomes(6, 3))

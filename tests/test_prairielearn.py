@@ -126,27 +126,35 @@ def grade_folder(tmp, question, submission):
 
 @pytest.fixture(scope="module")
 def graded(questions, tmp_path_factory):
-    """name -> results.json of the grading jobs, run at once: the correct one through the question's own run.sh
-    (the harness it carries), the others through the entry point."""
+    """name -> results.json of the grading jobs: the correct one through the question's own run.sh (the harness it
+    carries) and the stopped one through the entry point, each a process of its own as PrairieLearn runs it; the
+    wrong and the hostile one through the job's grading itself (``prairielearn.run``) in this process meanwhile
+    (what they test is what the job writes, not its process)."""
     tmp = tmp_path_factory.mktemp("grade")
     jobs = {
         "correct": (questions / "builtin", BUILTIN / "correct_functional.py", None, ()),
-        "wrong": (questions / "llama", LLAMA / "submissions" / "mistake_no_scale.py", "assignment", ()),
-        "hostile": (questions / "builtin", BUILTIN / "hostile_spin.py", None, ()),
         "stopped": (questions / "builtin", BUILTIN / "correct_matmul.py", None, ("--time-limit", 0.5)),
+        "wrong": (questions / "llama", LLAMA / "submissions" / "mistake_no_scale.py", "assignment", None),
+        "hostile": (questions / "builtin", BUILTIN / "hostile_spin.py", None, None),
     }
     roots, running = {}, []
-    for name, (question, submission, assignment, more) in jobs.items():
+    for name, (question, submission, _, more) in jobs.items():
         roots[name] = root = grade_folder(tmp, question, submission)
-        if name == "correct":
-            run = ["bash", root / "tests" / "run.sh"]
-        else:
-            given = ("--assignment", root / "tests" / assignment) if assignment else ()
-            run = command("prairielearn-grade", *given, "--root", root, *more)
+        if more is None:
+            continue
+        run = (
+            ["bash", root / "tests" / "run.sh"]
+            if name == "correct"
+            else command("prairielearn-grade", "--root", root, *more)
+        )
         environment = dict(os.environ, ATTENTION_PYTHON=sys.executable)
         running.append(
             subprocess.Popen(list(map(str, run)), env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         )
+    for name, (_, _, assignment, more) in jobs.items():
+        if more is None:
+            root = roots[name]
+            assert prairielearn.run(root, assignment=root / "tests" / assignment if assignment else None) == 0
     finished(running)
     return {name: (root, json.loads((root / "results" / "results.json").read_text())) for name, root in roots.items()}
 
