@@ -120,16 +120,21 @@ def test_an_ambiguous_folder_is_refused_before_anything_is_graded(tmp_path):
 
 
 @pytest.mark.grading
-def test_python_s_bytecode_cache_among_the_given_paths_is_left_aside_and_the_students_are_graded(tmp_path):
-    """``grade submissions/*`` after something imported a student's file there: the shell's ``*`` names
-    ``__pycache__`` too, which is no one's submission (it alone refused the whole batch)."""
+def test_a_tools_own_folders_among_the_given_paths_are_left_aside_and_the_students_are_graded(tmp_path):
+    """``grade submissions/*`` after something imported a student's file there, in a download unzipped on a Mac:
+    the shell's ``*`` names ``__pycache__`` and ``__MACOSX`` too, which are no one's submission (the first alone
+    refused the whole batch; the second was a student of its own, 0 points in the gradebook)."""
     folder = _folder(tmp_path, {"alice.py": "def softmax(x, dim=-1):\n    return x\n", "bob.py": FULL})
     (folder / "__pycache__").mkdir()
     (folder / "__pycache__" / "alice.cpython-311.pyc").write_bytes(b"\x00" * 16)
+    (folder / "__MACOSX" / "carol").mkdir(parents=True)  # a resource fork of a folder of code, as a Mac zips it
+    (folder / "__MACOSX" / "carol" / "._attention.py").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
+    (folder / "__MACOSX" / "._bob.py").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
     stream, report = io.StringIO(), io.StringIO()
     given = sorted(folder.iterdir())
     assert grade_command(given, tmp_path / "out", stream=stream, report=report) == 0, stream.getvalue()[-600:]
     assert "__pycache__ is left aside: Python's bytecode cache" in stream.getvalue()
+    assert "__MACOSX is left aside: the files' metadata a Mac adds" in stream.getvalue()
     graded = [line.split()[0] for line in report.getvalue().splitlines() if " / " in line]
     assert sorted(last_part(g) for g in graded) == ["alice", "bob"]
 

@@ -39,6 +39,21 @@ CODE = (".py", NOTEBOOK)
 HANDOUT = "attention_student.py"  # the built-in hand-out's file name (a tie of one student's files goes to it)
 
 
+# A tool's own folders, which a shell's ``submissions/*`` names beside the students' work: what each is
+TOOLS_OWN = {
+    "__pycache__": "Python's bytecode cache",
+    "__MACOSX": "the files' metadata a Mac adds to a zip it makes",
+}
+
+
+def aside(name):
+    """Why a folder's listing leaves ``name`` aside ("" where it does not): a hidden name (``.git``,
+    ``.DS_Store``) or a tool's own (``__pycache__``, ``__MACOSX``): no one's submission."""
+    if not name.startswith((".", "__")):
+        return ""
+    return TOOLS_OWN.get(name, "a hidden or a tool's own name (it starts with . or __)")
+
+
 @dataclass(frozen=True)
 class Reading:
     """What a folder is: ``kind`` "one" (``entry`` is the file to import), "batch" (``members``: each a
@@ -63,7 +78,7 @@ def read(folder, names, entry=None, *, one=False):
         return Reading("one", entry=chosen)
     if (folder / "__init__.py").is_file():
         return Reading("one", entry=folder / "__init__.py")
-    listed = sorted(p for p in folder.iterdir() if not p.name.startswith((".", "__")) and not p.is_symlink())
+    listed = sorted(p for p in folder.iterdir() if not aside(p.name) and not p.is_symlink())
     files = [p for p in listed if p.suffix in CODE and p.is_file()]
     others = [p for p in listed if (p.suffix == ".zip" and p.is_file()) or (p.is_dir() and _holds_code(p))]
     if one:

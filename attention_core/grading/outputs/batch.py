@@ -121,8 +121,9 @@ def _submissions_in(paths, names, entry):
         if not path.is_dir() or path.is_symlink():
             found.append(path)
             continue
-        if path.name == "__pycache__":  # a shell's ``*`` matches Python's bytecode cache beside the students' files
-            notes.append(f"{escape(str(path))} is left aside: Python's bytecode cache, no one's submission")
+        why = folders.aside(path.name)  # (a shell's ``*`` names __pycache__ and __MACOSX beside the students' work)
+        if why:
+            notes.append(f"{escape(str(path))} is left aside: {why}, no one's submission")
             continue
         reading = folders.read(path, names, entry)
         if entry is None and any(lms.owner_of(p) for p in path.iterdir()):  # each file is a student's: gathered
