@@ -21,6 +21,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from attention_core.grading.intake import notebooks
 from attention_core.grading.intake.notebooks import NotebookError, is_notebook, module_source, write_module
+from attention_core.grading.server.child import NotebookExport
+from tests.outputs import HEAD, folder, grade_head
 
 _names = itertools.count()
 
@@ -385,3 +387,25 @@ def test_more_cells_than_any_notebook_holds_are_refused_before_parsing(tmp_path)
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     with pytest.raises(notebooks.NotebookError, match=f"over the limit of {notebooks.MAX_ALL_CELLS}"):
         notebooks.module_source(path)
+
+
+@pytest.mark.grading
+def test_a_notebook_exported_as_a_py_file_is_graded_as_the_notebook_is(tmp_path):
+    """Jupyter's "Download as Python" writes each magic and shell line as a call on ``get_ipython()``, which plain
+    Python lacks: the lines are left out and told, as a notebook's own are, and a ``%%time`` cell's body runs."""
+    correct = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
+    exported = (
+        "get_ipython().run_line_magic('matplotlib', 'inline')\n"
+        "get_ipython().system('pip install torch')\n"
+        "files = get_ipython().getoutput('ls')\n"
+        "get_ipython().run_cell_magic('bash', '', 'echo hello\\n')\n"
+        f"get_ipython().run_cell_magic('time', '', {correct!r})\n"
+    )
+    (tmp_path / "exported.py").write_text(exported, encoding="utf-8")
+    run = grade_head(tmp_path / "exported.py", "--out", tmp_path / "out")
+    assert run.returncode == 0, run.stdout[-800:]
+    result = json.loads((folder(tmp_path / "out", "exported") / "results.json").read_text(encoding="utf-8"))
+    assert result["score"] == result["max_score"] > 0, result["output"][:800]
+    for line in ("%matplotlib inline", "!pip install torch", "!ls", "%%bash"):
+        assert f"left out, as a notebook's own line: `{line}" in result["output"], result["output"][:800]
+    assert set(NotebookExport.PYTHON_BODY) == set(notebooks._PYTHON_BODY)  # one rule: the cells whose body runs
