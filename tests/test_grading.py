@@ -226,6 +226,32 @@ def test_an_import_error_fails_every_check_with_the_reason(batch):
     assert {t["extra_data"]["status"] for t in result["tests"]} == {"implementation error"}
 
 
+@pytest.mark.grading
+def test_a_package_missing_where_submissions_are_graded_costs_only_what_uses_it(tmp_path):
+    """A file that imports a package only to plot or show (as a notebook's failing cell costs nothing else): the
+    import runs again with a stand-in for it, told to the student; a graded name that computes with it fails as
+    itself, and a module of the submission's own package that is not there is still an import error."""
+    correct = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
+    plots = "import plotting_not_installed.pyplot as plt\nfrom display_not_installed import show\n"
+    (tmp_path / "plots.py").write_text(plots + correct + "\nplt.figure(figsize=(3, 3))\nshow(plt.gca())\n")
+    uses = correct.replace("return self.dropout(weights) @ v", "return missing_helper.mix(weights, v)")
+    (tmp_path / "uses.py").write_text("import missing_helper\n" + uses, encoding="utf-8")
+    (tmp_path / "package").mkdir()
+    (tmp_path / "package" / "__init__.py").write_text("from .head import Head\n", encoding="utf-8")
+    subs = [tmp_path / name for name in ("plots.py", "uses.py", "package")]
+    run = grade_head(*subs, "--out", tmp_path / "out")
+    assert run.returncode == 0, run.stdout[-800:]
+    plots, uses, package = (
+        json.loads((folder(tmp_path / "out", name) / "results.json").read_text(encoding="utf-8"))
+        for name in ("plots", "uses", "package")
+    )
+    assert plots["score"] == plots["max_score"] > 0, plots["output"][:800]
+    for name in ("plotting_not_installed", "display_not_installed"):
+        assert f"`{name}` is not installed where submissions are graded" in plots["output"]
+    assert uses["score"] == 0 and "expected a tensor, got NotInstalled" in json.dumps(uses["tests"])
+    assert package["score"] == 0 and "No module named 'package.head'" in package["output"], package["output"][:600]
+
+
 def test_a_rigged_tensor_subclass_is_compared_as_its_values(batch):
     result = batch[0]["rigged"]
     failed = {t["name"] for t in _failed(result)}

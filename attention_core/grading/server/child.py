@@ -10,6 +10,7 @@ import importlib.util
 import os
 import sys
 import traceback
+import types
 
 
 def flush_streams():
@@ -72,6 +73,94 @@ class NotebookExport:
         exec(compile(str(cell), f"<%%{name} cell>", "exec"), caller)
 
 
+MAX_STAND_INS = 8  # packages a submission imports that this environment lacks, each given a stand-in
+
+
+class NotInstalled:
+    """What a package this environment lacks gives a submission in its place (its name what a check that reads
+    it says it got) (``import matplotlib.pyplot as plt``
+    at the top of a file that only plots with it): every attribute, call, item and ``with`` of it is itself, and
+    it is empty and false, so the lines that use it do nothing."""
+
+    def __init__(self, name):
+        object.__setattr__(self, "_stand_in_for", name)
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__") and attribute.endswith("__"):
+            raise AttributeError(attribute)
+        return NotInstalled(f"{self._stand_in_for}.{attribute}")
+
+    def __setattr__(self, attribute, value):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return NotInstalled(f"{self._stand_in_for}(...)")
+
+    def __getitem__(self, key):
+        return self
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self):
+        return 0
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return f"<a stand-in for {self._stand_in_for}, which is not installed where submissions are graded>"
+
+
+class _StandInModule(types.ModuleType):
+    """A missing package (or one of its modules) in ``sys.modules``: each name imported from it a NotInstalled."""
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__") and attribute.endswith("__"):
+            raise AttributeError(attribute)
+        return NotInstalled(f"{self.__name__}.{attribute}")
+
+
+class _StandIns:
+    """The finder, last on ``sys.meta_path``, that gives each missing package in ``names`` (and its modules) a
+    _StandInModule."""
+
+    def __init__(self):
+        self.names = []
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not any(fullname == name or fullname.startswith(name + ".") for name in self.names):
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=True)
+
+    def create_module(self, spec):
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def _missing_package(e, own, given):
+    """The top-level package whose absence ``e`` (a ModuleNotFoundError raised while importing the submission
+    ``own``) tells, to be given a stand-in; None where it is not one: a module of the submission's own package, one
+    given a stand-in already, or past :data:`MAX_STAND_INS`."""
+    name = getattr(e, "name", None)
+    if not name or name == own or name.startswith(own + ".") or len(given) >= MAX_STAND_INS:
+        return None
+    return None if name in given else name
+
+
 class Child:
     """A submission's module and the calls into it."""
 
@@ -87,8 +176,6 @@ class Child:
         if name in sys.modules:  # a file called json.py must not replace the worker's json
             name = "_submission"
         spec = importlib.util.spec_from_file_location(name, request["entry"], submodule_search_locations=package)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
         import builtins
 
         for word in ("exit", "quit"):  # what site adds, which -S leaves out: a file may end with exit()
@@ -97,28 +184,49 @@ class Child:
         if not hasattr(builtins, "get_ipython"):  # a notebook exported as a .py calls it for its magics
             export = NotebookExport()
             builtins.get_ipython = lambda: export
-        try:
-            spec.loader.exec_module(module)
-        except SystemExit:  # exit() at the end of a script: what it defined so far is graded, as a run would leave it
-            flush_streams()
-            print(
-                "the submission called exit() while it was imported: what it defined before that is graded",
-                file=sys.stderr,
-            )
-            flush_streams()
-        except BaseException as e:
-            flush_streams()
-            self.hello = {
-                "status": "import error",
-                "message": exception_text(e),
-                "traceback": self.frames(e),
-                "names": [],
-            }
-            return
+        stand_ins = _StandIns()
+        sys.meta_path.append(stand_ins)
+        while True:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            try:
+                spec.loader.exec_module(module)
+            except (
+                SystemExit
+            ):  # exit() at the end of a script: what it defined so far is graded, as a run would leave it
+                flush_streams()
+                print(
+                    "the submission called exit() while it was imported: what it defined before that is graded",
+                    file=sys.stderr,
+                )
+            except ModuleNotFoundError as e:
+                missing = _missing_package(e, spec.name, stand_ins.names)
+                if missing is None:
+                    self.hello = self.import_error(e)
+                    return
+                # A package only plotted or shown with (a notebook's cell that fails costs nothing else): the
+                # import runs again from the start, a stand-in in the package's place.
+                flush_streams()
+                print(
+                    f"`{missing}` is not installed where submissions are graded: the file was imported again with a "
+                    f"stand-in for it that does nothing (what uses it computes nothing)",
+                    file=sys.stderr,
+                )
+                flush_streams()
+                stand_ins.names.append(missing)
+                continue
+            except BaseException as e:
+                self.hello = self.import_error(e)
+                return
+            break
         flush_streams()
         self.module = module
         names = [n for n in request["names"] if callable(self.lookup(n))]
         self.hello = {"status": "ok", "message": "", "traceback": [], "names": names}
+
+    def import_error(self, e):
+        flush_streams()
+        return {"status": "import error", "message": exception_text(e), "traceback": self.frames(e), "names": []}
 
     def copy_shared(self, key):
         kept = self.shared.get(key)

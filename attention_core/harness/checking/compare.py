@@ -157,7 +157,8 @@ def every(test, *tensors):
 
 def _check_structure(actual, ndim, shape, device):
     if not isinstance(actual, torch.Tensor):
-        return Mismatch("type", f"expected a tensor, got {type(actual).__name__}")
+        kind = getattr(actual, "type_name", None)  # (a value the wire does not carry: its type's name only)
+        return Mismatch("type", f"expected a tensor, got {kind if isinstance(kind, str) else type(actual).__name__}")
     if shape is not None and tuple(actual.shape) != tuple(shape):
         return Mismatch("shape", f"shape does not match: {tuple(actual.shape)} != {tuple(shape)} (actual != expected)")
     if actual.ndim != ndim:
