@@ -66,3 +66,73 @@ def test_the_allowance_grows_with_the_measured_noise_by_the_documented_factor():
     rtol, atol = tolerance.gradient_tolerance(tolerance.torch.float32, 1e-6)
     base_rtol, base_atol = tolerance.default_tolerance(tolerance.torch.float32)
     assert rtol == base_rtol and atol == pytest.approx(base_atol + tolerance.GRADIENT_K * 1e-6)
+
+
+# ------------------------------------------------------------------ a table made from no data (RoPE's cos and sin)
+
+ROPE_REFERENCE = '''"""RoPE by rotating halves: ``cos`` and ``sin`` hold each angle twice, once for each half."""
+
+import torch
+
+
+def apply_rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+'''
+ROPE_CASES = """\
+document: {title: rotary tables}
+cases:
+  - id: tables
+    seed: 3
+    inputs:
+      x: {randn: [2, 4, 8]}
+      angles: {expr: "arange(4)[:, None] * (1.0 / 10000 ** (arange(0, 8, 2) / 8))[None, :]"}
+      cos: {expr: "cos(cat((angles, angles), -1))"}
+      sin: {expr: "sin(cat((angles, angles), -1))"}
+    checks:
+      - id: rotated
+        call: apply_rope(x, cos, sin)
+        expect:
+          out: {oracle: "x * cos + cat((-x[..., 4:], x[..., :4]), -1) * sin"}
+"""
+ROPE_STYLES = {
+    # Correct by the tables' convention: each angle read once, from the first half, as a complex rotation.
+    "complex_halves": """import torch
+
+
+def apply_rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    turn = torch.complex(cos[..., :half], sin[..., :half])
+    pairs = torch.complex(x[..., :half], x[..., half:]) * turn
+    return torch.cat((pairs.real, pairs.imag), dim=-1)
+""",
+    # Wrong: no gradient reaches the tables (what a table's gradients still catch).
+    "tables_detached": ROPE_REFERENCE.replace("x * cos + rotated * sin", "x * cos.detach() + rotated * sin.detach()"),
+}
+
+
+@pytest.fixture(scope="module")
+def rope(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rope")
+    (folder / "assignment" / "cases").mkdir(parents=True)
+    (folder / "assignment" / "reference.py").write_text(ROPE_REFERENCE, encoding="utf-8")
+    (folder / "assignment" / "cases" / "rope.yaml").write_text(ROPE_CASES, encoding="utf-8")
+    paths = []
+    for name, source in {"reference": ROPE_REFERENCE, **ROPE_STYLES}.items():
+        paths.append(folder / f"{name}.py")
+        paths[-1].write_text(source, encoding="utf-8")
+    with Grader(assignment=folder / "assignment") as grader:
+        return {g.name: {grade.check_id: grade for grade in g.grades} for g in grader.grade_each(paths)}
+
+
+def test_a_table_made_from_no_data_is_held_to_the_gradients_that_keep_its_equal_entries_equal(rope):
+    """``cos`` and ``sin`` come from ``arange`` alone, each angle twice: a style that reads each once keeps every
+    point; one that cuts the tables off autograd still loses its backward point."""
+    backward = "rope/tables/rotated/backward"
+    for name in ("reference", "complex_halves"):
+        assert rope[name]["rope/tables/rotated"].score == rope[name]["rope/tables/rotated"].max_score > 0, name
+        assert rope[name][backward].score == rope[name][backward].max_score > 0, (name, rope[name][backward].result)
+    detached = rope["tables_detached"]
+    assert detached["rope/tables/rotated"].score > 0 and detached[backward].score == 0
+    assert "d/d`cos`" in str(detached[backward].result.failures), detached[backward].result

@@ -14,7 +14,7 @@ from attention_core.grading.naming.diagnose import leading_slice
 from attention_core.grading.process import replies
 from attention_core.grading.process.remote import GRADIENT_LIMIT, PROJECTION_SEED
 from attention_core.grading.server import wire
-from attention_core.harness.checking import compare, tolerance
+from attention_core.harness.checking import calls, compare, tolerance
 from attention_core.harness.checking.results import CallFailed, Failure, Result, Status
 from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.model import ShapeExpectation
@@ -108,10 +108,15 @@ class BackwardChecks:
         values = _reads_values(item.check)  # a check of shapes holds its gradients to their shapes
         if mutated:  # an input changed in place: the gradients are of other inputs; that change is the mistake
             return Status.FAILED, failures
+        tied = self._tied(item, golden)
         for label, want in golden.items():
             got = (outcome.grads or {}).get(label)
             shown = _label(label, name, self.assignment)
             target = f"d/d{shown}"
+            if label in tied and got is not None and got.shape == want.shape:
+                # A table: the gradients that keep its equal entries equal (the sum over each set of them)
+                got, want = _summed(got, tied[label]), _summed(want, tied[label])
+                target = f"d/d{shown} (its equal entries taken together: a table made from no data)"
             depends = bool(want.abs().max() > 0) if want.numel() else False
             if got is None and isinstance(label, str) and label.startswith("self.") and depends:
                 failures.append(
@@ -166,10 +171,28 @@ class BackwardChecks:
                 )
             else:
                 rtol, atol = tolerance.gradient_tolerance(item.case.dtype, self._noise(item, label))
+                if label in tied:  # a sum of as many gradients as its largest set of equal entries holds
+                    atol *= int(torch.bincount(tied[label]).max()) if tied[label].numel() else 1
                 mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
             if mismatch is not None:
                 failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
         return Status.FAILED if failures else Status.PASSED, failures
+
+    def _tied(self, item, golden):
+        """label -> the index of each element's set of equal entries, for each table the call is given (see
+        ``calls.table_arguments``) where some other argument, or a parameter, is made from data: its gradients
+        are held to the directions that keep its equal entries equal. A call on tables alone is checked whole."""
+        _, args, kwargs, _ = self._sliced[item]
+        labels = calls.table_arguments(item.check, item.case)
+        given = {**dict(enumerate(args)), **kwargs}
+        tables = {
+            label: given[label]
+            for label in golden
+            if label in labels and isinstance(given.get(label), torch.Tensor) and given[label].is_floating_point()
+        }
+        if len(tables) == len(golden):
+            return {}
+        return {label: torch.unique(t.detach().reshape(-1), return_inverse=True)[1] for label, t in tables.items()}
 
     def _mutated(self, item, outcome):
         """The labels of the tensor arguments the call changed in place, told here: the arguments as the call
@@ -253,6 +276,12 @@ def _route_grads(route, name, args, kwargs, dtype):
         label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
         for (label, t), g in zip(labelled.items(), grads)
     }
+
+
+def _summed(gradient, sets):
+    """``gradient``'s sum over each set of equal entries (``sets``: each element's set), in float64."""
+    total = torch.zeros(int(sets.max()) + 1 if sets.numel() else 0, dtype=torch.float64)
+    return total.index_add_(0, sets, gradient.detach().to(torch.float64).reshape(-1))
 
 
 def _same(a, b):

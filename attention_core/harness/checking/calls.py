@@ -7,6 +7,7 @@ returns the wrong structure or dtype raises :class:`WrongResult`, which the runn
 failure of the check.
 """
 
+import ast
 import traceback
 from pathlib import Path
 
@@ -55,6 +56,26 @@ def graded_arguments(check, case, scope, functions, device, dtype):
         )
         args = [record, *args]
     return name, args, kwargs
+
+
+def table_arguments(check, case):
+    """The labels of a graded call's arguments made from none of the case's data (no draw, no value written out or
+    printed; only constructors and constants: a rotary table from ``arange``, a mask from ``tril``): tables, whose
+    equal entries a correct implementation may read as one (``cos`` whose halves repeat, read once). A label is the
+    argument's position (a class's counted after its record, which stands first) or its keyword."""
+    data: dict = {}
+    for name, given in case.inputs.items():  # (an expression reads earlier inputs only)
+        data[name] = given.kind != "expr" or any(data.get(n) for n in given.expr.names)
+    node = check.expr.tree.body
+    if not isinstance(node, ast.Call):
+        return set()
+    first = 1 if isinstance(node.func, ast.Call) else 0  # ``C(a)(x)``: the instance's record is argument 0
+
+    def table(value):
+        return not any(data.get(n.id) for n in ast.walk(value) if isinstance(n, ast.Name))
+
+    labels: set = {first + i for i, value in enumerate(node.args) if table(value)}
+    return labels | {k.arg for k in node.keywords if k.arg is not None and table(k.value)}
 
 
 class Stop(Exception):
