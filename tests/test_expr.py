@@ -2,7 +2,9 @@
 
 import math
 import pickle
+import re
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -253,6 +255,14 @@ def test_attributes(source, expected):
 
 METHOD_CASES = [
     ("a.transpose(0, 1)", A.transpose(0, 1)),
+    ("a.tanh()", A.tanh()),
+    ("a.sigmoid()", A.sigmoid()),
+    ("a.relu()", A.relu()),
+    ("p.rsqrt()", P.rsqrt()),
+    ("a.square()", A.square()),
+    ("p.pow(0.5)", P.pow(0.5)),
+    ("a.clamp(min=-0.5, max=0.5)", A.clamp(min=-0.5, max=0.5)),
+    ("a.norm(dim=-1)", A.norm(dim=-1)),
     ("x3.permute(2, 0, 1)", X3.permute(2, 0, 1)),
     ("x3.permute([2, 0, 1])", X3.permute([2, 0, 1])),
     ("x3.permute(2, 0, 1).reshape(4, 6)", X3.permute(2, 0, 1).reshape(4, 6)),
@@ -340,6 +350,14 @@ def test_every_allowed_method_is_tested():
     "source, expected",
     [
         ("tril(a)", torch.tril(A)),
+        ("tanh(a)", torch.tanh(A)),
+        ("tanh(0.5)", math.tanh(0.5)),
+        ("sigmoid(a)", torch.sigmoid(A)),
+        ("sigmoid(0.0)", 0.5),
+        ("relu(a)", torch.relu(A)),
+        ("relu(-2)", 0),
+        ("gelu(a)", torch.nn.functional.gelu(A)),
+        ("silu(a)", torch.nn.functional.silu(A)),
         ("tril(a, -1)", torch.tril(A, -1)),
         ("triu(a, diagonal=1)", torch.triu(A, diagonal=1)),
         ("ones(2, 3)", torch.ones(2, 3)),
@@ -401,6 +419,24 @@ def test_builtins(source, expected):
     assert_same(ev(source), expected)
 
 
+@pytest.mark.parametrize("name", ["gelu", "silu"])
+def test_an_activation_of_a_number_is_torch_s_in_float64(name):
+    for x in (-3.0, -0.5, 0.0, 1.0, 4.0):
+        want = float(getattr(torch.nn.functional, name)(torch.tensor(x, dtype=torch.float64)))
+        assert ev(f"{name}({x})") == pytest.approx(want, rel=1e-14, abs=1e-15)
+
+
+def test_the_case_format_page_lists_every_allowed_method_and_function():
+    """docs/case-format.md names the allow-lists in full: an author learns there what an expression may call."""
+    from attention_core.harness.languages.expr import TENSOR_METHODS  # noqa: PLC0415
+
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs" / "case-format.md").read_text().split())
+    methods = re.search(r"allow-list of tensor methods \(`([^`]*)`\)", page).group(1).split()
+    functions = re.search(r"functions `([^`]*)` and torch's own `scaled_dot_product_attention`", page).group(1).split()
+    assert sorted(methods) == sorted(TENSOR_METHODS)
+    assert sorted(functions) == sorted(set(BUILTINS) - {"scaled_dot_product_attention", "torch_layer_norm"})
+
+
 def test_builtin_list():
     assert set(BUILTINS) == {
         "tril",
@@ -420,6 +456,11 @@ def test_builtin_list():
         "abs",
         "sin",
         "cos",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "gelu",
+        "silu",
         "softmax",
         "stack",
         "cat",

@@ -54,6 +54,7 @@ TENSOR_METHODS = frozenset(
     transpose permute reshape view unsqueeze squeeze flatten contiguous clone detach
     sum mean std var amax amin max min argmax argmin abs exp log sqrt cumsum
     repeat expand tril triu masked_fill softmax
+    tanh sigmoid relu rsqrt square pow clamp norm
     float double half bfloat16 long int bool
     size numel dim item allclose isclose isfinite isnan eq ne lt le gt ge matmul to
     """.split()
@@ -187,6 +188,31 @@ def abs_(x):
     return torch.abs(x) if isinstance(x, Tensor) else abs(x)
 
 
+def tanh(x):
+    """``torch.tanh`` for tensors, ``math.tanh`` for numbers (additive attention's scores)."""
+    return torch.tanh(x) if isinstance(x, Tensor) else math.tanh(x)
+
+
+def sigmoid(x):
+    """``torch.sigmoid`` for tensors, ``1 / (1 + e**-x)`` for numbers (a gate)."""
+    return torch.sigmoid(x) if isinstance(x, Tensor) else 1 / (1 + math.exp(-x))
+
+
+def relu(x):
+    """``torch.relu`` for tensors, ``max(x, 0)`` for numbers."""
+    return torch.relu(x) if isinstance(x, Tensor) else max(x, 0)
+
+
+def gelu(x):
+    """``F.gelu`` (the exact one, by the error function) for tensors and numbers."""
+    return F.gelu(x) if isinstance(x, Tensor) else x * (1 + math.erf(x / math.sqrt(2))) / 2
+
+
+def silu(x):
+    """``F.silu`` (``x * sigmoid(x)``) for tensors and numbers (SwiGLU's gate)."""
+    return F.silu(x) if isinstance(x, Tensor) else x / (1 + math.exp(-x))
+
+
 def softmax(x, dim=-1):
     """``torch.nn.functional.softmax`` along ``dim`` (the last by default)."""
     return F.softmax(x, dim=dim)
@@ -253,6 +279,11 @@ BUILTINS: Mapping[str, Callable] = types.MappingProxyType(
         "abs": abs_,
         "sin": sin,
         "cos": cos,
+        "tanh": tanh,
+        "sigmoid": sigmoid,
+        "relu": relu,
+        "gelu": gelu,
+        "silu": silu,
         "softmax": softmax,
         "scaled_dot_product_attention": scaled_dot_product_attention,
         "torch_layer_norm": torch_layer_norm,
