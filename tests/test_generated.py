@@ -251,6 +251,20 @@ def test_one_mistake_files_are_named_by_their_own_mistake_and_never_by_another(f
             assert likely and all(words in line for line in likely), (path.name, likely)
 
 
+@pytest.mark.grading
+def test_rope_turning_the_other_way_is_named_by_its_sign_on_the_other_piece(tmp_path):
+    """rotate_half written ``cat((x2, -x1))`` for ``cat((-x2, x1))``: the commonest RoPE slip, named as itself."""
+    llama = Path(__file__).resolve().parent / "assignments" / "llama"
+    source = (llama / "reference.py").read_text(encoding="utf-8")
+    assert "torch.cat((-x2, x1), dim=-1)" in source
+    (tmp_path / "rope_sign.py").write_text(source.replace("torch.cat((-x2, x1)", "torch.cat((x2, -x1)"))
+    with Grader(assignment=llama) as grader:
+        graded = grader.grade(tmp_path / "rope_sign.py")
+    likely = {d for g in graded.grades for d in g.diagnosis.split("\n") if d.startswith("Likely mistake")}
+    assert graded.score < graded.max_score and likely
+    assert all("the minus sign is on the other piece given to `cat`" in line for line in likely), likely
+
+
 def test_a_reference_s_mistakes_are_made_once_in_a_process_and_again_for_a_changed_source(monkeypatch, tmp_path):
     made = []
     real = generated._generate

@@ -353,6 +353,20 @@ def _swapped_arguments(node, name, owner_names):
                 changed,
             )
         )
+        negated = [isinstance(p, ast.UnaryOp) and isinstance(p.op, ast.USub) for p in node.args[0].elts]
+        if sum(negated) == 1:  # RoPE's rotate_half, cat((-x2, x1)), written cat((x2, -x1)): it turns the other way
+            changed = tree_copy(node)
+            pieces, at = changed.args[0].elts, negated.index(True)
+            pieces[at], pieces[1 - at] = pieces[at].operand, ast.UnaryOp(ast.USub(), pieces[1 - at])
+            found.append(
+                Slip(
+                    "sign_moved",
+                    f"the minus sign is on the other piece given to `{name}` (a, -b where -a, b belongs): a rotation "
+                    f"built from it turns the other way",
+                    "Negate the piece the formula negates.",
+                    changed,
+                )
+            )
     return found
 
 
