@@ -14,6 +14,7 @@ from attention_core import reference, spec
 from attention_core.grading.naming import diagnose, mutants
 from attention_core.grading.naming.mutants import MUTANTS, Mutant, relevant, submission_source
 from attention_core.harness.checking import runner
+from attention_core.harness.checking.results import Result, Status
 
 # transpose_for_2d_only uses k.T on batched tensors on purpose; torch warns that it is deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
@@ -328,3 +329,28 @@ def test_a_function_built_on_a_wrong_one_of_the_students_is_sent_to_that_one():
         )
         for d in by_function["multi_head_attention"]
     ), by_function
+
+
+def test_a_function_that_crashes_on_its_own_is_not_sent_to_a_part_that_fails_another_way():
+    """A multi_head_attention whose process dies (``os._exit``) beside the student's wrong attention: a crash is
+    never a part's wrong values, so no part is named as its cause; a part that crashes too is."""
+    inverted = next(m for m in MUTANTS if m.name == "mask_inverted")
+    graded = [i for i in GRADED if i.check.function in ("attention", "multi_head_attention")]
+
+    def grades(attention_crashes):
+        made = []
+        for item in graded:
+            name = item.check.function
+            if name == "multi_head_attention" or attention_crashes:
+                died = f"`{name}` crashed: the submission's process died (exit code 0)"
+                result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=died)
+            else:
+                result = runner.run(item, functions={**runner.REFERENCE, **inverted.functions})
+            made.append(SimpleNamespace(item=item, result=result, check_id=item.id, diagnosis=""))
+        diagnose.Diagnoser().explain(SimpleNamespace(grades=made))
+        return [g.diagnosis for g in made if g.item.check.function == "multi_head_attention"]
+
+    alone = grades(attention_crashes=False)
+    assert alone and not any("Likely cause" in d for d in alone), alone
+    both = grades(attention_crashes=True)
+    assert both and all(d.startswith("Likely cause: `attention`, which the reference") for d in both), both

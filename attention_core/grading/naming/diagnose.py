@@ -327,6 +327,14 @@ def _ran_wrong(result, function):
     return result.status is Status.IMPLEMENTATION_ERROR and result.message.startswith(f"`{function}`")
 
 
+def _how(result, function):
+    """How a function that ran failed: wrong values, out of time, crashed (its process died) or raised. A part that
+    fails one way makes its caller fail the same way: a crash is never a part's wrong values."""
+    if result.status is Status.IMPLEMENTATION_ERROR:
+        return "crashed" if result.message.startswith(f"`{function}` crashed") else "raised"
+    return result.status
+
+
 def _name_failing_parts(grades, calls=CALLS):
     """A failed value check that no mutant explains, of a function whose reference version calls
     spec functions that fail their own checks in this submission: the feedback names them (a
@@ -340,11 +348,15 @@ def _name_failing_parts(grades, calls=CALLS):
             and _ran_wrong(grade.result, grade.item.check.function)
         )
 
-    wrong = {g.item.check.function for g in grades if failing(g)}
+    wrong: dict = {}  # function -> how its checks fail (a part explains a caller that fails the same way)
+    for grade in grades:
+        if failing(grade):
+            wrong.setdefault(grade.item.check.function, set()).add(_how(grade.result, grade.item.check.function))
     for grade in grades:
         if failing(grade) and not grade.diagnosis:
             function = grade.item.check.function
-            parts = [f"`{name}`" for name in calls.get(function, ()) if name in wrong]
+            how = _how(grade.result, function)
+            parts = [f"`{name}`" for name in calls.get(function, ()) if how in wrong.get(name, ())]
             if parts:
                 fails, them = ("fails its", "it") if len(parts) == 1 else ("fail their", "them")
                 grade.diagnosis = (
