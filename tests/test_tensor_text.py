@@ -499,7 +499,11 @@ def test_ragged_blocks():
 def test_unbalanced_brackets():
     err = error_of("tensor([[1., 2.], [3., 4.])")
     assert (err.line, err.column) == (1, 27)
-    assert "unbalanced brackets" in err.message and "line 1, column 8" in err.message
+    assert "unbalanced brackets" in err.message and "the '[' on this line ('[[1., 2.], [3.,'…)" in err.message
+    # The '[' told from the error's own line: the printed text's lines are not the case file's.
+    err = error_of("tensor([[0.0900, 0.2447],\n        [0.3333, 0.3333])")
+    assert (err.line, err.column) == (2, 25)
+    assert "the '[' 1 line above ('[[0.0900, 0.2447'…), found ')'" in err.message
     err = error_of("tensor([1., 2.]])")
     assert (err.line, err.column) == (1, 16)
     assert "unbalanced brackets" in err.message

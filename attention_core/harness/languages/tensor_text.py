@@ -295,10 +295,13 @@ class _Parser(_Reader):
                 row.closed = True
                 return
             if kind != ",":
-                line, column = self.position(row.offset)
+                # Where the '[' stands, told from here: the text's own lines are not the file's.
+                above = self.position(offset)[0] - self.position(row.offset)[0]
+                where = "on this line" if not above else f"{above} line{'s' * (above > 1)} above"
+                opened = " ".join(self.text[row.offset : row.offset + 16].split())
                 raise self.error(
-                    f"unbalanced brackets: expected ',' or ']' to go on with the "
-                    f"'[' at line {line}, column {column}, found {value!r}",
+                    f"unbalanced brackets: expected ',' or ']' to go on with the '[' {where} ({opened!r}…), "
+                    f"found {value!r}",
                     offset,
                 )
 
