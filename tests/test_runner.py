@@ -154,6 +154,20 @@ def test_a_bug_of_the_harness_is_a_harness_error_and_the_cli_exits_2(monkeypatch
     assert "Traceback (most recent call last)" in capsys.readouterr().out
 
 
+def test_an_input_refused_when_it_is_made_is_a_case_error_told_in_the_authors_words(tmp_path, capsys):
+    """The refusal as the author reads it: the input, its line, the limit; not the harness's own exception type."""
+    (tmp_path / "c.yaml").write_text(
+        "document: {title: T}\ncases:\n  - id: c\n    inputs:\n      x: [1.0, 2.0]\n"
+        '      p: {expr: "9 ** 9 ** 9 ** 9"}\n    checks:\n      - id: k\n        expr: x * 2\n'
+        "        expect: {out: [2.0, 4.0]}\n",
+        encoding="utf-8",
+    )
+    assert main(["--cases", str(tmp_path), "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    said = "case error: the inputs could not be made: input 'p' (line 6): `9 ** 9 ** 9` refused: integer power"
+    assert said in out and "InputError" not in out, out[-600:]
+
+
 def test_a_report_names_the_dtype_and_prints_close_numbers_in_full():
     item = next(i for i in GRADED if i.id == "001_self_attention/four_by_four/softmax")
     assert runner.run(item, functions={"softmax": lambda x, dim=-1: x}).header.endswith("on cpu, float32")

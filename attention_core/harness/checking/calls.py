@@ -15,7 +15,7 @@ import torch
 
 from attention_core import instances
 from attention_core.harness.checking import compare
-from attention_core.harness.checking.inputs import materialise
+from attention_core.harness.checking.inputs import InputError, materialise
 from attention_core.harness.checking.refusals import copied
 from attention_core.harness.checking.results import CallFailed, Failure, Status
 from attention_core.harness.languages.expr import Budget, ExprError
@@ -87,7 +87,9 @@ class Stop(Exception):
 
 
 def describe(err):
-    return str(err) if isinstance(err, ExprError) else f"{type(err).__name__}: {err}"
+    """An error as a case's author reads it: our own errors by their message alone, torch's and Python's with their
+    type."""
+    return str(err) if isinstance(err, (ExprError, InputError)) else f"{type(err).__name__}: {err}"
 
 
 def dtype_name(dtype):
