@@ -77,10 +77,10 @@ MAX_STAND_INS = 8  # packages a submission imports that this environment lacks, 
 
 
 class NotInstalled:
-    """What a package this environment lacks gives a submission in its place (its name what a check that reads
-    it says it got) (``import matplotlib.pyplot as plt``
-    at the top of a file that only plots with it): every attribute, call, item and ``with`` of it is itself, and
-    it is empty and false, so the lines that use it do nothing."""
+    """What a package this environment lacks gives a submission in its place (``import matplotlib.pyplot as plt``
+    at the top of a file that only plots with it): every attribute, call, item and ``with`` of it is another, and
+    it is empty and false, so the lines that use it do nothing. A check given one as a result says it got a
+    ``NotInstalled``."""
 
     def __init__(self, name):
         object.__setattr__(self, "_stand_in_for", name)
@@ -191,9 +191,8 @@ class Child:
             sys.modules[spec.name] = module
             try:
                 spec.loader.exec_module(module)
-            except (
-                SystemExit
-            ):  # exit() at the end of a script: what it defined so far is graded, as a run would leave it
+            # exit() at the end of a script: what it defined so far is graded, as a run would leave it
+            except SystemExit:
                 flush_streams()
                 print(
                     "the submission called exit() while it was imported: what it defined before that is graded",
