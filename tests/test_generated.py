@@ -146,6 +146,22 @@ def test_making_the_mutants_runs_nothing_of_the_reference_but_its_definitions_ag
     assert len(made) > 10 and marker.read_text() == "x"  # its import's work, done once
 
 
+def test_a_mask_under_an_if_is_moved_after_the_softmax_under_the_same_if(tmp_path):
+    """``if self.causal: scores = scores.masked_fill(...)``, the usual way to make the mask optional: the mistake
+    of masking the weights after the softmax is made there too (it was not, and so never named)."""
+    import shutil  # noqa: PLC0415
+
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder, ignore=shutil.ignore_patterns("submissions"))
+    source = (folder / "reference.py").read_text(encoding="utf-8")
+    masking = '        scores = scores.masked_fill(~causal, float("-inf"))\n'
+    assert masking in source
+    (folder / "reference.py").write_text(source.replace(masking, "        if T > 0:\n    " + masking))
+    made = generated.generate(assignment.load(folder))
+    moved = [m for m in made if generated.kind_of(m) == "mask_after_softmax"]
+    assert [generated.owner_of(m) for m in moved] == ["Head"]
+
+
 def test_a_teachers_own_mistake_is_named_as_the_library_names_and_adequacy_says_whether_a_case_catches_it(tmp_path):
     import io  # noqa: PLC0415
     import shutil  # noqa: PLC0415

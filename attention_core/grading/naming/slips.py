@@ -563,18 +563,21 @@ def _shape(node, name):
 
 def _mask_after_softmax(holder):
     """The mask moved from the scores to the weights: blocked weights set to 0 after the softmax (the rows then
-    sum to less than 1), where one body masks the scores and, later, takes a softmax into a name."""
+    sum to less than 1), where one body masks the scores (or does so under an ``if``: ``if self.causal:``) and,
+    later, takes a softmax into a name (then masked under the same ``if``)."""
     body = holder.body
     for i, statement in enumerate(body):
-        masking = statement.value if isinstance(statement, (ast.Assign, ast.Expr)) else None
-        if not (
-            isinstance(masking, ast.Call)
-            and _name(masking) in ("masked_fill", "masked_fill_")
-            and len(masking.args) >= 2
-            and _is_minus_infinity(masking.args[1])
-            and _receiver(masking)
-        ):
+        found, guard, at = _masking(statement), None, 0
+        if found is None and isinstance(statement, ast.If) and not statement.orelse:
+            inside = [(k, _masking(s)) for k, s in enumerate(statement.body)]
+            inside = [(k, m) for k, m in inside if m is not None]
+            if len(inside) == 1:
+                (at, found), guard = inside[0], statement
+        if found is None:
             continue
+        masking, kept = found
+        if guard is not None:
+            kept = ast.If(guard.test, [*guard.body[:at], kept, *guard.body[at + 1 :]], [])
         for j in range(i + 1, len(body)):
             later = body[j]
             if (
@@ -585,10 +588,7 @@ def _mask_after_softmax(holder):
             ):
                 weights = later.targets[0].id
                 changed = tree_copy(holder)
-                kept = (
-                    ast.Pass() if isinstance(statement, ast.Expr) else ast.Assign(statement.targets, _receiver(masking))
-                )
-                after = ast.Assign(
+                after: ast.stmt = ast.Assign(
                     [ast.Name(weights, ast.Store())],
                     ast.Call(
                         ast.Attribute(ast.Name(weights, ast.Load()), "masked_fill", ast.Load()),
@@ -596,6 +596,8 @@ def _mask_after_softmax(holder):
                         [],
                     ),
                 )
+                if guard is not None:
+                    after = ast.If(guard.test, [after], [])
                 changed.body = [*body[:i], kept, *body[i + 1 : j + 1], after, *body[j + 1 :]]
                 return [
                     Slip(
@@ -609,6 +611,22 @@ def _mask_after_softmax(holder):
                     )
                 ]
     return []
+
+
+def _masking(statement):
+    """(the call, what stands in the statement's place without it) of a statement that masks scores with -inf
+    (``scores = scores.masked_fill(m, -inf)``, ``scores.masked_fill_(m, -inf)``); None for any other."""
+    masking = statement.value if isinstance(statement, (ast.Assign, ast.Expr)) else None
+    if not (
+        isinstance(masking, ast.Call)
+        and _name(masking) in ("masked_fill", "masked_fill_")
+        and len(masking.args) >= 2
+        and _is_minus_infinity(masking.args[1])
+        and _receiver(masking)
+    ):
+        return None
+    kept = ast.Pass() if isinstance(statement, ast.Expr) else ast.Assign(statement.targets, _receiver(masking))
+    return masking, kept
 
 
 def _weights_transposed(function):
