@@ -252,6 +252,37 @@ def test_a_package_missing_where_submissions_are_graded_costs_only_what_uses_it(
     assert package["score"] == 0 and "No module named 'package.head'" in package["output"], package["output"][:600]
 
 
+@pytest.mark.grading
+def test_a_graded_class_given_another_name_is_told_by_the_name_it_is_graded_by(tmp_path):
+    """``AttentionHead`` with Head's parameters, ``head`` for ``Head``: the student is told which name the assignment
+    grades it by; a file with no such definition, or with two that could be it, is told nothing of the kind."""
+    correct = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
+    other = (
+        "class Other(nn.Module):\n    def __init__(self, embed_dim, head_size, dropout):\n        super().__init__()\n"
+    )
+    other += "\n    def forward(self, query, key, value):\n        return query\n"
+    files = {
+        "renamed": correct.replace("class Head(", "class AttentionHead("),
+        "lowercase": correct.replace("class Head(", "class head("),
+        "two_alike": correct.replace("class Head(", "class AttentionHead(") + "\n\n" + other,
+        "none": "import torch\n",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    run = grade_head(*(tmp_path / f"{name}.py" for name in files), "--out", tmp_path / "out")
+    assert run.returncode == 0, run.stdout[-800:]
+    said = {
+        name: json.loads((folder(tmp_path / "out", name) / "results.json").read_text(encoding="utf-8"))["output"]
+        for name in files
+    }
+    assert (
+        "`Head` is not defined. Your file defines `AttentionHead`, a class with the same parameters (embed_dim, "
+        "head_size, dropout) and a forward of (query, key, value): the assignment grades it by the name `Head`"
+    ) in said["renamed"]
+    assert "Your file defines `head`, the same name written another way" in said["lowercase"]
+    assert "is not defined. Your file defines" not in said["two_alike"] + said["none"]
+
+
 def test_a_rigged_tensor_subclass_is_compared_as_its_values(batch):
     result = batch[0]["rigged"]
     failed = {t["name"] for t in _failed(result)}

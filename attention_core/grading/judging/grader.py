@@ -253,7 +253,9 @@ class Grader(BackwardChecks, PropertyGrades):
         if submission is not None:
             graded.protections = submission.protections
             printed = f"Printed at import:\n{replies.printed(submission.output)}" if submission.output else ""
-            graded.note = "\n\n".join(filter(None, [sandbox.warning(submission.protections), problem, printed]))
+            missing = [g for g in self.assignment.graded.values() if g.name not in submission.names]
+            named = "\n".join(feedback.renamed(missing, submission.others)) if submission.status == replies.OK else ""
+            graded.note = "\n\n".join(filter(None, [sandbox.warning(submission.protections), problem, named, printed]))
         for item, following in zip(self.items, [*self.items[1:], None]):
             if following is not None and functions is not None:
                 self._say_next(following, functions)

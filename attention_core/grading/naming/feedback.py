@@ -86,3 +86,35 @@ def _tensor(t):
         text = " ".join(str(t.detach().cpu()).split())
         return f"{head} = {text}"
     return head
+
+
+def renamed(missing, others):
+    """What a student reads where a graded name is not defined and their file defines it under another name: one
+    other public definition of the same kind with the same parameters (a class ``MHSA`` for
+    ``MultiHeadSelfAttention``), or the same name written another way (``multiHeadAttention``). ``missing``: the
+    assignment's entries not defined; ``others``: the submission's other definitions, [name, kind, parameters,
+    forward's parameters]. One line each; a definition that could be either of two names is told for neither."""
+
+    def plain(name):
+        return name.replace("_", "").lower()
+
+    found = {}
+    for entry in missing:
+        params = [p.name for p in entry.params]
+        call = [p.name for p in entry.call_params] if entry.is_class else []
+        alike = [o for o in others if o[1] == entry.kind and plain(o[0]) == plain(entry.name)]
+        same = [o for o in others if o[1] == entry.kind and list(o[2]) == params and list(o[3]) == call]
+        candidates = alike or same
+        if len(candidates) == 1:
+            shown = f"({', '.join(params)})" + (f" and a forward of ({', '.join(call)})" if entry.is_class else "")
+            found[entry.name] = (
+                candidates[0],
+                "the same name written another way" if alike else f"a {entry.kind} with the same parameters {shown}",
+            )
+    claimed = [other[0] for other, _ in found.values()]
+    return [
+        f"`{shorten(name, 60)}` is not defined. Your file defines `{shorten(other[0], 60)}`, {why}: the assignment "
+        f"grades it by the name `{shorten(name, 60)}`, so its checks earn nothing until it has that name."
+        for name, (other, why) in found.items()
+        if claimed.count(other[0]) == 1
+    ]

@@ -52,6 +52,7 @@ class Submission:
         self._ahead = None  # (request, when it was sent, its bytes not yet sent): its reply not yet read
         self._early = {}  # a request sent ahead -> its outcome, read before the call was made (another came first)
         self.status, self.message, self.traceback, self.names, self.output = None, "", (), (), ""  # until started
+        self.others = ()
         self._spawn()
 
     def start(self):
@@ -66,6 +67,7 @@ class Submission:
         self.message = hello["message"] if hello else problem
         self.traceback = tuple(hello["traceback"]) if hello else ()
         self.names = tuple(hello["names"]) if hello else ()
+        self.others = _others(hello.get("others")) if hello else ()  # its other public definitions
         if self.status != OK:
             self._end()
         return self
@@ -414,3 +416,25 @@ class Submission:
                 self._channel = self._pid = self._ahead = self._next = None  # sent ahead: lost with it
                 shutil.rmtree(self._scratch, ignore_errors=True)
         return status
+
+
+def _others(given):
+    """The other public definitions a submission's process reports, as (name, kind, parameters, forward's
+    parameters): well-formed entries only, at most 40 (the process is the student's: it may send anything)."""
+    if not isinstance(given, list):
+        return ()
+
+    def names(value):
+        return isinstance(value, list) and len(value) <= 20 and all(isinstance(n, str) and len(n) <= 200 for n in value)
+
+    return tuple(
+        (o[0], o[1], tuple(o[2]), tuple(o[3]))
+        for o in given[:40]
+        if isinstance(o, list)
+        and len(o) == 4
+        and isinstance(o[0], str)
+        and len(o[0]) <= 200
+        and o[1] in ("class", "function")
+        and names(o[2])
+        and names(o[3])
+    )

@@ -151,6 +151,18 @@ class _StandIns:
         pass
 
 
+MAX_OTHERS = 40  # public definitions of a submission told to the grader besides its graded names
+
+
+def _parameters(function):
+    """The names of ``function``'s parameters a caller may name (not ``self``, ``*args`` or ``**kwargs``)."""
+    import inspect
+
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = [p.name for p in inspect.signature(function).parameters.values() if p.kind in kinds]
+    return [cut(n) for n in named if n != "self"][:20]
+
+
 def _missing_package(e, own, given):
     """The top-level package whose absence ``e`` (a ModuleNotFoundError raised while importing the submission
     ``own``) tells, to be given a stand-in; None where it is not one: a module of the submission's own package, one
@@ -221,7 +233,31 @@ class Child:
         flush_streams()
         self.module = module
         names = [n for n in request["names"] if callable(self.lookup(n))]
-        self.hello = {"status": "ok", "message": "", "traceback": [], "names": names}
+        others = self.others(request["names"])
+        self.hello = {"status": "ok", "message": "", "traceback": [], "names": names, "others": others}
+
+    def others(self, graded):
+        """[name, kind, parameters, forward's parameters] of the module's own public classes and functions that are
+        not graded, at most MAX_OTHERS: what a graded name given another name may be (``MHSA``)."""
+        import inspect
+
+        found = []
+        for name, value in list(vars(self.module).items()):
+            if len(found) >= MAX_OTHERS:
+                break
+            if name.startswith("_") or name in graded or len(name) > ECHOED:
+                continue
+            try:
+                if getattr(value, "__module__", None) != self.module.__name__:
+                    continue  # (imported, not the student's own)
+                if isinstance(value, type):
+                    forward = getattr(value, "forward", None)
+                    found.append([name, "class", _parameters(value.__init__), _parameters(forward) if forward else []])
+                elif inspect.isfunction(value):
+                    found.append([name, "function", _parameters(value), []])
+            except Exception:
+                continue
+        return found
 
     def import_error(self, e):
         flush_streams()
