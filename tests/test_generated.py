@@ -230,6 +230,8 @@ NAMED = {
     },
     BUILTIN_MISTAKES: {
         "attention_mask_after_softmax": "the mask is applied after the softmax",
+        # The library's "dim -2" fits its 3-D checks alone; the fixed axis fits all, 4-D ones too
+        "attention_softmax_fixed_axis": "the softmax is taken over dim 1, a fixed axis",
         "attention_mask_inverted": "the bool mask is read inverted",
         "attention_scale_dk": "1 / d_k",
         "causal_average_channel_axis": "along each token's channels",

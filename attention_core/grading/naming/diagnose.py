@@ -115,11 +115,13 @@ class Diagnoser:
         return self._generated
 
     def _name_generated(self, grades, ask=None):
-        """For each graded name that lost points and that no mistake of the library named: the generated
+        """For each graded name that lost points on checks no mistake of the library named (all of them, or some:
+        softmax(dim=1) is the library's dim -2 on 3-D scores and no mistake of its on 4-D ones): the generated
         mistakes of its code whose results match the student's on every check and property of that name
         (failing where it fails, with its values; passing where it passes), and then on further inputs of
         the same shapes (``ask``), where the submission's results are asked too. One sentence between them:
-        it is named on each failed grade of the name; two or three: they are given as what it could be.
+        it is named on each failed grade of the name (in the library's place, which explained only some); two
+        or three, where the library named none: they are given as what it could be.
         The mistakes are generated at the first name that needs them (a correct submission needs none)."""
         by_name = {}
         for grade in grades:
@@ -129,7 +131,13 @@ class Diagnoser:
         failing = {name for name, own in by_name.items() if any(not g.result.passed for g in own)}
         for name, own in by_name.items():
             failed = [g for g in own if not g.result.passed]
-            if not failed or any(g.diagnosis for g in failed):
+            checks = [g for g in failed if not is_property(g.check_id)]
+            named = [g for g in checks if g.diagnosis]  # by the library: on some of its checks, maybe not all
+            if (
+                not failed
+                or (named and len(named) == len(checks))
+                or any(g.diagnosis for g in failed if is_property(g.check_id))
+            ):
                 continue
             if failing & set(self.calls.get(name, ())):  # a name it is built on fails its own checks: that is
                 continue  # the likely cause (named there), not a mistake of how this one calls it
@@ -150,7 +158,7 @@ class Diagnoser:
                     f"Likely mistake: {mistake}. Fix: {fix} (This one mistake gives your results on all "
                     f"{evidence} of `{name}`.)"
                 )
-            elif 1 < len(sentences) <= 3:
+            elif 1 < len(sentences) <= 3 and not named:
                 text = (
                     f"Possible mistakes (each gives your results on all {evidence} of `{name}`; they cannot "
                     f"tell which): " + "; ".join(m for m, _ in sentences) + "."
