@@ -146,13 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="S",
         help="seconds grading may take; past them the submission is not graded and costs no attempt (default 570)",
     )
-    grade = commands.add_parser("grade", parents=[common], help="grade submissions (.py files or folders)")
+    grade = commands.add_parser(
+        "grade", parents=[common], help="grade submissions (.py files, notebooks, folders or zips)"
+    )
     grade.add_argument(
         "submissions",
         nargs="+",
         type=Path,
         metavar="SUBMISSION",
-        help="a student's .py file, .ipynb notebook, or folder (one or many)",
+        help="a student's .py file, .ipynb notebook, folder or .zip (one or many)",
     )
     grade.add_argument(
         "--out",

@@ -51,9 +51,14 @@ class NotebookExport:
 
     PYTHON_BODY = ("time", "capture")  # as notebooks._PYTHON_BODY
 
-    @staticmethod
-    def _left_out(line):
-        print(f"left out, as a notebook's own line: `{cut(' '.join(str(line).split()))}`", file=sys.stderr)
+    def __init__(self):
+        self.told = set()  # (a file imported again, a missing package given a stand-in, tells each line once)
+
+    def _left_out(self, line):
+        shown = cut(" ".join(str(line).split()))
+        if shown not in self.told:
+            self.told.add(shown)
+            print(f"left out, as a notebook's own line: `{shown}`", file=sys.stderr)
 
     def run_line_magic(self, name, line="", *args, **kwargs):
         self._left_out(f"%{name} {line}")
