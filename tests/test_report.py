@@ -266,3 +266,19 @@ def test_a_pending_draft_is_counted_as_pending_not_as_failed(tmp_path):
     assert row and row.groups() == ("1", "1", "1")  # fine passed, scores failed, later waits
     assert "1 check passed, 2 did not (1 of them pending: drafts, not yet checked)." in page
     assert 'data-status="pending"' in page
+
+
+def test_a_class_call_says_its_parameters_were_set_only_where_it_has_parameters():
+    """A class with learned parameters is made with the reference's initial ones; a positional table's class has
+    none (its state a buffer alone), and the call says nothing of them."""
+    from attention_core import instances  # noqa: PLC0415
+    from attention_core.grading.naming.feedback import call_text  # noqa: PLC0415
+
+    x = torch.zeros(1, 2, 4)
+    learned = instances.instance_record((4, 2), {}, {"w.weight": torch.ones(2, 4)}, "eval", torch.float32)
+    table = instances.instance_record((4, 8), {}, {"pe": torch.zeros(8, 4)}, "eval", torch.float32, buffers=["pe"])
+    assert "eval mode with its parameters set to the reference's initial ones" in call_text(
+        None, "Lin", [learned, x], {}
+    )
+    said = call_text(None, "PositionalEncoding", [table, x], {})
+    assert "the instance made in eval mode" in said and "parameters" not in said

@@ -24,7 +24,10 @@ def call_text(graded, name, args, kwargs):
         record = args.pop(0)[instances.INSTANCE]
         shown = [_value(a) for a in record["args"]] + [f"{k}={_value(v)}" for k, v in record["kwargs"].items()]
         made = f"{name}({', '.join(shown)})"
-        after = f", the instance made in {record['mode']} mode with its parameters set to the reference's initial ones"
+        learned = set(record["state"]) - set(record.get("buffers", ()))  # (a positional table's class has none)
+        after = f", the instance made in {record['mode']} mode" + (
+            " with its parameters set to the reference's initial ones" if learned else ""
+        )
     params = [p.name for p in graded.call_params] if graded is not None else []
     names = [params[i] if i < len(params) else f"argument {i + 1}" for i in range(len(args))]
     signature = ", ".join(
