@@ -137,6 +137,11 @@ def test_a_tools_own_folders_among_the_given_paths_are_left_aside_and_the_studen
     assert "__MACOSX is left aside: the files' metadata a Mac adds" in stream.getvalue()
     graded = [line.split()[0] for line in report.getvalue().splitlines() if " / " in line]
     assert sorted(last_part(g) for g in graded) == ["alice", "bob"]
+    # A folder given by a name that only starts like a hidden one is graded: `grade ..` from inside it.
+    stream, report = io.StringIO(), io.StringIO()
+    assert grade_command([folder / "__MACOSX" / ".."], tmp_path / "up", stream=stream, report=report) == 0
+    graded = [line.split()[0] for line in report.getvalue().splitlines() if " / " in line]
+    assert sorted(last_part(g) for g in graded) == ["alice", "bob"], stream.getvalue()[-600:]
 
 
 def test_a_folder_of_students_files_is_graded_one_row_each(tmp_path):

@@ -39,7 +39,8 @@ CODE = (".py", NOTEBOOK)
 HANDOUT = "attention_student.py"  # the built-in hand-out's file name (a tie of one student's files goes to it)
 
 
-# A tool's own folders, which a shell's ``submissions/*`` names beside the students' work: what each is
+# A tool's own folders, which a shell's ``submissions/*`` names beside the students' work: what each is (no one's
+# submission, left aside where given on the command line)
 TOOLS_OWN = {
     "__pycache__": "Python's bytecode cache",
     "__MACOSX": "the files' metadata a Mac adds to a zip it makes",
@@ -47,11 +48,9 @@ TOOLS_OWN = {
 
 
 def aside(name):
-    """Why a folder's listing leaves ``name`` aside ("" where it does not): a hidden name (``.git``,
-    ``.DS_Store``) or a tool's own (``__pycache__``, ``__MACOSX``): no one's submission."""
-    if not name.startswith((".", "__")):
-        return ""
-    return TOOLS_OWN.get(name, "a hidden or a tool's own name (it starts with . or __)")
+    """Whether a folder's listing leaves ``name`` aside: a hidden name (``.git``, ``.DS_Store``) or a tool's own
+    (``__pycache__``, ``__MACOSX``)."""
+    return name.startswith((".", "__"))
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def _submissions_in(paths, names, entry):
         if not path.is_dir() or path.is_symlink():
             found.append(path)
             continue
-        why = folders.aside(path.name)  # (a shell's ``*`` names __pycache__ and __MACOSX beside the students' work)
+        why = folders.TOOLS_OWN.get(path.name)  # (a shell's ``*`` names __pycache__ and __MACOSX beside the work)
         if why:
             notes.append(f"{escape(str(path))} is left aside: {why}, no one's submission")
             continue
