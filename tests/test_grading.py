@@ -233,21 +233,26 @@ def test_a_package_missing_where_submissions_are_graded_costs_only_what_uses_it(
     itself, and a module of the submission's own package that is not there is still an import error."""
     correct = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
     plots = "import plotting_not_installed.pyplot as plt\nfrom display_not_installed import show\n"
-    (tmp_path / "plots.py").write_text(plots + correct + "\nplt.figure(figsize=(3, 3))\nshow(plt.gca())\n")
+    shown = "\nfig, ax = plt.subplots()\nax.plot(ax.x * 2)\nshow(f'{plt.gca():.3f}')\n"
+    (tmp_path / "plots.py").write_text(plots + correct + shown, encoding="utf-8")
+    (tmp_path / "three.py").write_text(plots + correct + "\na, b, c = plt.subplots()\n", encoding="utf-8")
     uses = correct.replace("return self.dropout(weights) @ v", "return missing_helper.mix(weights, v)")
     (tmp_path / "uses.py").write_text("import missing_helper\n" + uses, encoding="utf-8")
     (tmp_path / "package").mkdir()
     (tmp_path / "package" / "__init__.py").write_text("from .head import Head\n", encoding="utf-8")
-    subs = [tmp_path / name for name in ("plots.py", "uses.py", "package")]
+    subs = [tmp_path / name for name in ("plots.py", "three.py", "uses.py", "package")]
     run = grade_head(*subs, "--out", tmp_path / "out")
     assert run.returncode == 0, run.stdout[-800:]
-    plots, uses, package = (
+    plots, three, uses, package = (
         json.loads((folder(tmp_path / "out", name) / "results.json").read_text(encoding="utf-8"))
-        for name in ("plots", "uses", "package")
+        for name in ("plots", "three", "uses", "package")
     )
     assert plots["score"] == plots["max_score"] > 0, plots["output"][:800]
     for name in ("plotting_not_installed", "display_not_installed"):
-        assert f"`{name}` is not installed where submissions are graded" in plots["output"]
+        assert f"`{name}` cannot be imported here (it is not installed where submissions are graded" in plots["output"]
+    # Where the stand-in does not get the file through, the import error says what was missing first
+    said = "No module named `plotting_not_installed`, `display_not_installed` here; imported again with a stand-in for each"
+    assert three["score"] == 0 and said in three["output"], three["output"][:600]
     assert uses["score"] == 0 and "expected a tensor, got NotInstalled" in json.dumps(uses["tests"])
     assert package["score"] == 0 and "No module named 'package.head'" in package["output"], package["output"][:600]
 

@@ -63,6 +63,9 @@ class NotebookExport:
     def run_line_magic(self, name, line="", *args, **kwargs):
         self._left_out(f"%{name} {line}")
 
+    def magic(self, line="", *args, **kwargs):  # (older exports: get_ipython().magic('matplotlib inline'))
+        self._left_out(f"%{line}")
+
     def system(self, command="", *args, **kwargs):
         self._left_out(f"!{command}")
 
@@ -83,9 +86,9 @@ MAX_STAND_INS = 8  # packages a submission imports that this environment lacks, 
 
 class NotInstalled:
     """What a package this environment lacks gives a submission in its place (``import matplotlib.pyplot as plt``
-    at the top of a file that only plots with it): every attribute, call, item and ``with`` of it is another, and
-    it is empty and false, so the lines that use it do nothing. A check given one as a result says it got a
-    ``NotInstalled``."""
+    at the top of a file that only plots with it): every attribute, call, item, sum, product and ``with`` of it is
+    another, it is false, and it unpacks as two (``fig, ax = plt.subplots()``), so the lines that use it do
+    nothing. A check given one as a result says it got a ``NotInstalled``."""
 
     def __init__(self, name):
         object.__setattr__(self, "_stand_in_for", name)
@@ -113,14 +116,23 @@ class NotInstalled:
     def __exit__(self, *exc):
         return False
 
-    def __iter__(self):
-        return iter(())
+    def __iter__(self):  # two, as plotting's commonest line unpacks them: fig, ax = plt.subplots()
+        return iter((NotInstalled(f"{self._stand_in_for}[0]"), NotInstalled(f"{self._stand_in_for}[1]")))
 
     def __len__(self):
-        return 0
+        return 2
 
     def __bool__(self):
         return False
+
+    def _itself(self, *other):
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _itself
+    __matmul__ = __rmatmul__ = __pow__ = __rpow__ = __neg__ = __pos__ = _itself
+
+    def __format__(self, spec):
+        return repr(self)
 
     def __repr__(self):
         return f"<a stand-in for {self._stand_in_for}, which is not installed where submissions are graded>"
@@ -224,15 +236,16 @@ class Child:
                 # import runs again from the start, a stand-in in the package's place.
                 flush_streams()
                 print(
-                    f"`{missing}` is not installed where submissions are graded: the file was imported again with a "
-                    f"stand-in for it that does nothing (what uses it computes nothing)",
+                    f"`{missing}` cannot be imported here (it is not installed where submissions are graded, nor a "
+                    f"file beside yours): the file was imported again with a stand-in for it that does nothing "
+                    f"(what uses it computes nothing)",
                     file=sys.stderr,
                 )
                 flush_streams()
                 stand_ins.names.append(missing)
                 continue
             except BaseException as e:
-                self.hello = self.import_error(e)
+                self.hello = self.import_error(e, stand_ins.names)
                 return
             break
         flush_streams()
@@ -250,7 +263,7 @@ class Child:
         for name, value in list(vars(self.module).items()):
             if len(found) >= MAX_OTHERS:
                 break
-            if name.startswith("_") or name in graded or len(name) > ECHOED:
+            if not isinstance(name, str) or name.startswith("_") or name in graded or len(name) > ECHOED:
                 continue
             try:
                 if getattr(value, "__module__", None) != self.module.__name__:
@@ -264,9 +277,15 @@ class Child:
                 continue
         return found
 
-    def import_error(self, e):
+    def import_error(self, e, stand_ins=()):
+        """The hello of a submission whose import failed with ``e``; ``stand_ins``: the missing packages given a
+        stand-in before it (their absence told first: the stand-in did not get the file through)."""
         flush_streams()
-        return {"status": "import error", "message": exception_text(e), "traceback": self.frames(e), "names": []}
+        message = exception_text(e)
+        if stand_ins:
+            missing = ", ".join(f"`{name}`" for name in stand_ins)
+            message = f"No module named {missing} here; imported again with a stand-in for each: {message}"
+        return {"status": "import error", "message": message, "traceback": self.frames(e), "names": []}
 
     def copy_shared(self, key):
         kept = self.shared.get(key)
