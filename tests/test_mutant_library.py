@@ -337,12 +337,12 @@ def test_a_function_that_crashes_on_its_own_is_not_sent_to_a_part_that_fails_ano
     inverted = next(m for m in MUTANTS if m.name == "mask_inverted")
     graded = [i for i in GRADED if i.check.function in ("attention", "multi_head_attention")]
 
-    def grades(attention_crashes):
+    def grades(attention_crashes, how="crashed: the submission's process died (exit code 0)"):
         made = []
         for item in graded:
             name = item.check.function
             if name == "multi_head_attention" or attention_crashes:
-                died = f"`{name}` crashed: the submission's process died (exit code 0)"
+                died = f"`{name}` {how}"
                 result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=died)
             else:
                 result = runner.run(item, functions={**runner.REFERENCE, **inverted.functions})
@@ -354,3 +354,6 @@ def test_a_function_that_crashes_on_its_own_is_not_sent_to_a_part_that_fails_ano
     assert alone and not any("Likely cause" in d for d in alone), alone
     both = grades(attention_crashes=True)
     assert both and all(d.startswith("Likely cause: `attention`, which the reference") for d in both), both
+    # A part's wrong values (a wrong shape) make the caller's own matmul raise: that part is its likely cause
+    raised = grades(attention_crashes=False, how="raised RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+    assert raised and all(d.startswith("Likely cause: `attention`, which the reference") for d in raised), raised

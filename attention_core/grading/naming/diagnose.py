@@ -336,11 +336,20 @@ def _ran_wrong(result, function):
 
 
 def _how(result, function):
-    """How a function that ran failed: wrong values, out of time, crashed (its process died) or raised. A part that
-    fails one way makes its caller fail the same way: a crash is never a part's wrong values."""
+    """How a function that ran failed: wrong values, out of time, crashed (its process died) or raised."""
     if result.status is Status.IMPLEMENTATION_ERROR:
         return "crashed" if result.message.startswith(f"`{function}` crashed") else "raised"
     return result.status
+
+
+# How a part fails -> how a caller built on it fails: the same way, or, for a part's wrong values (a wrong shape),
+# with an exception of the caller's own (its matmul refuses them). A crash or a hang is never a part's wrong values.
+_EXPLAINS = {
+    Status.FAILED: {Status.FAILED, "raised"},
+    "raised": {"raised"},
+    Status.TIMEOUT: {Status.TIMEOUT},
+    "crashed": {"crashed"},
+}
 
 
 def _name_failing_parts(grades, calls=CALLS):
@@ -356,7 +365,7 @@ def _name_failing_parts(grades, calls=CALLS):
             and _ran_wrong(grade.result, grade.item.check.function)
         )
 
-    wrong: dict = {}  # function -> how its checks fail (a part explains a caller that fails the same way)
+    wrong: dict = {}  # function -> how its checks fail (a part explains a caller that fails as _EXPLAINS says)
     for grade in grades:
         if failing(grade):
             wrong.setdefault(grade.item.check.function, set()).add(_how(grade.result, grade.item.check.function))
@@ -364,7 +373,11 @@ def _name_failing_parts(grades, calls=CALLS):
         if failing(grade) and not grade.diagnosis:
             function = grade.item.check.function
             how = _how(grade.result, function)
-            parts = [f"`{name}`" for name in calls.get(function, ()) if how in wrong.get(name, ())]
+            parts = [
+                f"`{name}`"
+                for name in calls.get(function, ())
+                if any(how in _EXPLAINS.get(way, ()) for way in wrong.get(name, ()))
+            ]
             if parts:
                 fails, them = ("fails its", "it") if len(parts) == 1 else ("fail their", "them")
                 grade.diagnosis = (
