@@ -87,7 +87,8 @@ cases:
     seed: 3
     inputs:
       x: {randn: [2, 4, 8]}
-      angles: {expr: "arange(4)[:, None] * (1.0 / 10000 ** (arange(0, 8, 2) / 8))[None, :]"}
+      base: 10000.0
+      angles: {expr: "arange(4)[:, None] * (1.0 / base ** (arange(0, 8, 2) / 8))[None, :]"}
       cos: {expr: "cos(cat((angles, angles), -1))"}
       sin: {expr: "sin(cat((angles, angles), -1))"}
     checks:
@@ -127,8 +128,8 @@ def rope(tmp_path_factory):
 
 
 def test_a_table_made_from_no_data_is_held_to_the_gradients_that_keep_its_equal_entries_equal(rope):
-    """``cos`` and ``sin`` come from ``arange`` alone, each angle twice: a style that reads each once keeps every
-    point; one that cuts the tables off autograd still loses its backward point."""
+    """``cos`` and ``sin`` come from ``arange`` and a number alone, each angle twice: a style that reads each once
+    keeps every point; one that cuts the tables off autograd still loses its backward point."""
     backward = "rope/tables/rotated/backward"
     for name in ("reference", "complex_halves"):
         assert rope[name]["rope/tables/rotated"].score == rope[name]["rope/tables/rotated"].max_score > 0, name

@@ -114,9 +114,10 @@ class BackwardChecks:
             shown = _label(label, name, self.assignment)
             target = f"d/d{shown}"
             if label in tied and got is not None and got.shape == want.shape:
-                # A table: the gradients that keep its equal entries equal (the sum over each set of them)
-                got, want = _summed(got, tied[label]), _summed(want, tied[label])
-                target = f"d/d{shown} (its equal entries taken together: a table made from no data)"
+                # A table: the gradients that keep its equal entries equal (each set of them taken together, by
+                # its mean: an element's own scale, so an element's allowance holds)
+                got, want = _averaged(got, tied[label]), _averaged(want, tied[label])
+                target = f"d/d{shown} (the mean over each set of its equal entries: a table made from no data)"
             depends = bool(want.abs().max() > 0) if want.numel() else False
             if got is None and isinstance(label, str) and label.startswith("self.") and depends:
                 failures.append(
@@ -171,8 +172,6 @@ class BackwardChecks:
                 )
             else:
                 rtol, atol = tolerance.gradient_tolerance(item.case.dtype, self._noise(item, label))
-                if label in tied:  # a sum of as many gradients as its largest set of equal entries holds
-                    atol *= int(torch.bincount(tied[label]).max()) if tied[label].numel() else 1
                 mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
             if mismatch is not None:
                 failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
@@ -278,10 +277,11 @@ def _route_grads(route, name, args, kwargs, dtype):
     }
 
 
-def _summed(gradient, sets):
-    """``gradient``'s sum over each set of equal entries (``sets``: each element's set), in float64."""
-    total = torch.zeros(int(sets.max()) + 1 if sets.numel() else 0, dtype=torch.float64)
-    return total.index_add_(0, sets, gradient.detach().to(torch.float64).reshape(-1))
+def _averaged(gradient, sets):
+    """``gradient``'s mean over each set of equal entries (``sets``: each element's set), in float64."""
+    count = torch.bincount(sets).to(torch.float64)
+    total = torch.zeros(len(count), dtype=torch.float64)
+    return total.index_add_(0, sets, gradient.detach().to(torch.float64).reshape(-1)) / count
 
 
 def _same(a, b):

@@ -21,7 +21,7 @@ from attention_core.harness.checking.results import CallFailed, Failure, Status
 from attention_core.harness.languages.expr import Budget, ExprError
 from attention_core.harness.reading import assignment as assignments
 from attention_core.harness.reading.fields import MAX_CASE_ELEMENTS
-from attention_core.harness.reading.model import CallCheck, OracleExpectation
+from attention_core.harness.reading.model import CallCheck, NumberInput, OracleExpectation
 
 
 def reference_of(item):
@@ -64,8 +64,11 @@ def table_arguments(check, case):
     equal entries a correct implementation may read as one (``cos`` whose halves repeat, read once). A label is the
     argument's position (a class's counted after its record, which stands first) or its keyword."""
     data: dict = {}
-    for name, given in case.inputs.items():  # (an expression reads earlier inputs only)
-        data[name] = given.kind != "expr" or any(data.get(n) for n in given.expr.names)
+    for name, given in case.inputs.items():  # (an expression reads earlier inputs only; a number is a constant)
+        if isinstance(given, NumberInput):
+            data[name] = False
+        else:
+            data[name] = given.kind != "expr" or any(data.get(n) for n in given.expr.names)
     node = check.expr.tree.body
     if not isinstance(node, ast.Call):
         return set()
