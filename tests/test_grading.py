@@ -282,10 +282,21 @@ def test_a_graded_class_given_another_name_is_told_by_the_name_it_is_graded_by(t
     }
     assert (
         "`Head` is not defined. Your file defines `AttentionHead`, a class with the same parameters (embed_dim, "
-        "head_size, dropout) and a forward of (query, key, value): the assignment grades it by the name `Head`"
+        "head_size, dropout) and a forward of (query, key, value): if it is your `Head`, give it that name"
     ) in said["renamed"]
     assert "Your file defines `head`, the same name written another way" in said["lowercase"]
     assert "is not defined. Your file defines" not in said["two_alike"] + said["none"]
+
+
+def test_one_parameter_alone_tells_no_renamed_function():
+    """``relu(x)`` is not taken for a missing ``gelu(x)``; ``Gelu`` is the same name written another way."""
+    from attention_core.grading.naming.feedback import renamed  # noqa: PLC0415
+    from attention_core.harness.reading.assignment import Graded  # noqa: PLC0415
+
+    gelu = Graded("gelu", "function", (spec.Param("x"),), (spec.Param("x"),), ("out",))
+    assert renamed([gelu], [("relu", "function", ("x",), ())]) == []
+    (said,) = renamed([gelu], [("relu", "function", ("x",), ()), ("Gelu", "function", ("x",), ())])
+    assert said.startswith("`gelu` is not defined. Your file defines `Gelu`, the same name written another way")
 
 
 def test_a_rigged_tensor_subclass_is_compared_as_its_values(batch):

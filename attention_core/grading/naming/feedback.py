@@ -96,7 +96,8 @@ def renamed(missing, others):
     other public definition of the same kind with the same parameters (a class ``MHSA`` for
     ``MultiHeadSelfAttention``), or the same name written another way (``multiHeadAttention``). ``missing``: the
     assignment's entries not defined; ``others``: the submission's other definitions, [name, kind, parameters,
-    forward's parameters]. One line each; a definition that could be either of two names is told for neither."""
+    forward's parameters]. One line each; a definition that could be either of two names is told for neither, and
+    parameters alone tell nothing where there is one (``relu(x)`` is no ``gelu(x)``)."""
 
     def plain(name):
         return name.replace("_", "").lower()
@@ -107,6 +108,7 @@ def renamed(missing, others):
         call = [p.name for p in entry.call_params] if entry.is_class else []
         alike = [o for o in others if o[1] == entry.kind and plain(o[0]) == plain(entry.name)]
         same = [o for o in others if o[1] == entry.kind and list(o[2]) == params and list(o[3]) == call]
+        same = same if len(params) + len(call) >= 2 else []  # (one parameter, `x`, tells no name from another)
         candidates = alike or same
         if len(candidates) == 1:
             shown = f"({', '.join(params)})" + (f" and a forward of ({', '.join(call)})" if entry.is_class else "")
@@ -116,8 +118,9 @@ def renamed(missing, others):
             )
     claimed = [other[0] for other, _ in found.values()]
     return [
-        f"`{shorten(name, 60)}` is not defined. Your file defines `{shorten(other[0], 60)}`, {why}: the assignment "
-        f"grades it by the name `{shorten(name, 60)}`, so its checks earn nothing until it has that name."
+        f"`{shorten(name, 60)}` is not defined. Your file defines `{shorten(other[0], 60)}`, {why}: if it is your "
+        f"`{shorten(name, 60)}`, give it that name; the assignment grades it by that name, so its checks earn "
+        f"nothing until then."
         for name, (other, why) in found.items()
         if claimed.count(other[0]) == 1
     ]
