@@ -151,10 +151,16 @@ def graded(questions, tmp_path_factory):
         running.append(
             subprocess.Popen(list(map(str, run)), env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         )
-    for name, (_, _, assignment, more) in jobs.items():
-        if more is None:
-            root = roots[name]
-            assert prairielearn.run(root, assignment=root / "tests" / assignment if assignment else None) == 0
+    try:
+        for name, (_, _, assignment, more) in jobs.items():
+            if more is None:
+                root = roots[name]
+                assert prairielearn.run(root, assignment=root / "tests" / assignment if assignment else None) == 0
+    except BaseException:  # (the jobs' processes are not left running)
+        for process in running:
+            process.kill()
+            process.communicate()
+        raise
     finished(running)
     return {name: (root, json.loads((root / "results" / "results.json").read_text())) for name, root in roots.items()}
 
