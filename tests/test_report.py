@@ -282,3 +282,16 @@ def test_a_class_call_says_its_parameters_were_set_only_where_it_has_parameters(
     )
     said = call_text(None, "PositionalEncoding", [table, x], {})
     assert "the instance made in eval mode" in said and "parameters" not in said
+
+
+def test_a_number_given_by_position_is_shown_by_its_value():
+    """``alibi_bias(n_heads, T)`` alone told a student nothing of the sizes the check used."""
+    from attention_core.grading.naming.feedback import call_text  # noqa: PLC0415
+
+    said = call_text(None, "alibi_bias", [4, 5, torch.zeros(2, 3)], {"scale": 0.5})
+    assert said.splitlines() == [
+        "alibi_bias(argument 1, argument 2, argument 3, scale=0.5)",
+        "  argument 1: 4",
+        "  argument 2: 5",
+        "  argument 3: float32 (2, 3) = tensor([[0., 0., 0.], [0., 0., 0.]])",
+    ], said

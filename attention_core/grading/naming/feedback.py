@@ -17,7 +17,8 @@ SHOWN_ELEMENTS = 24  # a tensor argument this small is printed in full
 
 def call_text(graded, name, args, kwargs):
     """``attention(q, k, v, scale=1) with q: float32 (4, 5) = tensor(...), ...`` for a call of ``graded``
-    (an assignment's entry; None: positions are numbered)."""
+    (an assignment's entry; None: positions are numbered): each argument given by position on a line of its own
+    (a tensor by dtype and shape, its values where few; a number by its value), a keyword's in the call."""
     args = list(args)
     made, after = name, ""
     if args and instances.is_record(args[0]):
@@ -37,6 +38,8 @@ def call_text(graded, name, args, kwargs):
     for label, value in [*zip(names, args), *kwargs.items()]:
         if isinstance(value, torch.Tensor):
             lines.append(f"  {label}: {_tensor(value)}")
+        elif label in names:  # a number given by position (alibi_bias(n_heads, T)): its value (a keyword's is shown)
+            lines.append(f"  {label}: {_value(value)}")
     return "\n".join(lines)
 
 
