@@ -281,6 +281,7 @@ def test_rope_turning_the_other_way_is_named_by_its_sign_on_the_other_piece(tmp_
     likely = {d for g in graded.grades for d in g.diagnosis.split("\n") if d.startswith("Likely mistake")}
     assert graded.score < graded.max_score and likely
     assert all("the minus sign is on the other piece given to `cat`" in line for line in likely), likely
+    assert all("(This one mistake alone gives your results, right and wrong, on the " in line for line in likely)
 
 
 def test_a_reference_s_mistakes_are_made_once_in_a_process_and_again_for_a_changed_source(monkeypatch, tmp_path):

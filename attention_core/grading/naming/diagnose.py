@@ -155,13 +155,13 @@ class Diagnoser:
             if len(sentences) == 1:
                 ((mistake, fix),) = sentences
                 text = (
-                    f"Likely mistake: {mistake}. Fix: {fix} (This one mistake gives your results on all "
-                    f"{evidence} of `{name}`.)"
+                    f"Likely mistake: {mistake}. Fix: {fix} (This one mistake alone gives your results, right and "
+                    f"wrong, on the {evidence} of `{name}`.)"
                 )
             elif 1 < len(sentences) <= 3 and not named:
                 text = (
-                    f"Possible mistakes (each gives your results on all {evidence} of `{name}`; they cannot "
-                    f"tell which): " + "; ".join(m for m, _ in sentences) + "."
+                    f"Possible mistakes (each alone gives your results, right and wrong, on the {evidence} of "
+                    f"`{name}`; they cannot tell which): " + "; ".join(m for m, _ in sentences) + "."
                 )
             else:
                 continue
