@@ -132,12 +132,8 @@ class Diagnoser:
         for name, own in by_name.items():
             failed = [g for g in own if not g.result.passed]
             checks = [g for g in failed if not is_property(g.check_id)]
-            named = [g for g in checks if g.diagnosis]  # by the library: on some of its checks, maybe not all
-            if (
-                not failed
-                or (named and len(named) == len(checks))
-                or any(g.diagnosis for g in failed if is_property(g.check_id))
-            ):
+            named = [g for g in failed if g.diagnosis]  # by the library (value checks alone): some, maybe all
+            if not failed or (named and len(named) == len(checks)):
                 continue
             if failing & set(self.calls.get(name, ())):  # a name it is built on fails its own checks: that is
                 continue  # the likely cause (named there), not a mistake of how this one calls it

@@ -15,14 +15,14 @@ NOTES = "notes"  # the last column, where a row has one (ids that only look like
 
 def write_gradebook(graded_list, path, keys=None, notes=None):
     """Columns ``submission,score,max_score`` then one per check (that check's score), and ``notes`` where a row
-        has one; the first row under the header is ``Points Possible``: each check's own points (where a failed check
+    has one; the first row under the header is ``Points Possible``: each check's own points (where a failed check
     stands for others, its row's cells move none of them: what a passing submission earns, column by column).
 
-        A row's key is the submission's id, or ``keys[id]`` (a platform's student id, with ``--roster``). A
-        gradebook already at ``path`` grows: a submission graded now replaces its own row, and every other
-        row stays as it was (a late student graded into the same folder drops nobody). Written to a new file
-        beside it, then moved into place, so an interrupted write leaves the old gradebook whole. Returns the
-        maximums its rows hold (more than one: the assignment changed between gradings)."""
+    A row's key is the submission's id, or ``keys[id]`` (a platform's student id, with ``--roster``). A
+    gradebook already at ``path`` grows: a submission graded now replaces its own row, and every other
+    row stays as it was (a late student graded into the same folder drops nobody). Written to a new file
+    beside it, then moved into place, so an interrupted write leaves the old gradebook whole. Returns the
+    maximums its rows hold (more than one: the assignment changed between gradings)."""
     keys, notes = keys or {}, notes or {}
     rows, checks, possible = _existing_rows(path)
     own: dict = {}  # check -> its own points, as the submissions graded now give them

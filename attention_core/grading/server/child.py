@@ -7,6 +7,7 @@ arguments as the call left them, which the grader compares with its own copies.
 """
 
 import importlib.util
+import inspect
 import os
 import sys
 import traceback
@@ -173,17 +174,15 @@ MAX_OTHERS = 40  # public definitions of a submission told to the grader besides
 
 def _parameters(function):
     """The names of ``function``'s parameters a caller may name (not ``self``, ``*args`` or ``**kwargs``)."""
-    import inspect
-
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     named = [p.name for p in inspect.signature(function).parameters.values() if p.kind in kinds]
     return [cut(n) for n in named if n != "self"][:20]
 
 
 def _missing_package(e, own, given):
-    """The top-level package whose absence ``e`` (a ModuleNotFoundError raised while importing the submission
-    ``own``) tells, to be given a stand-in; None where it is not one: a module of the submission's own package, one
-    given a stand-in already, or past :data:`MAX_STAND_INS`."""
+    """The module whose absence ``e`` (a ModuleNotFoundError raised while importing the submission ``own``) tells,
+    to be given a stand-in; None where it is not one: a module of the submission's own package, one given a
+    stand-in already, or past :data:`MAX_STAND_INS`."""
     name = getattr(e, "name", None)
     if not name or name == own or name.startswith(own + ".") or len(given) >= MAX_STAND_INS:
         return None
@@ -230,7 +229,7 @@ class Child:
             except ModuleNotFoundError as e:
                 missing = _missing_package(e, spec.name, stand_ins.names)
                 if missing is None:
-                    self.hello = self.import_error(e)
+                    self.hello = self.import_error(e, stand_ins.names)
                     return
                 # A package only plotted or shown with (a notebook's cell that fails costs nothing else): the
                 # import runs again from the start, a stand-in in the package's place.
@@ -257,8 +256,6 @@ class Child:
     def others(self, graded):
         """[name, kind, parameters, forward's parameters] of the module's own public classes and functions that are
         not graded, at most MAX_OTHERS: what a graded name given another name may be (``MHSA``)."""
-        import inspect
-
         found = []
         for name, value in list(vars(self.module).items()):
             if len(found) >= MAX_OTHERS:
