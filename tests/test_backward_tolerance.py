@@ -10,6 +10,7 @@ gradient-only mistake still loses them.
 from pathlib import Path
 
 import pytest
+import torch
 
 from attention_core import reference
 from attention_core.grading.judging.grader import Grader
@@ -97,6 +98,27 @@ cases:
         expect:
           out: {oracle: "x * cos + cat((-x[..., 4:], x[..., :4]), -1) * sin"}
 """
+
+
+def _pasted(values):
+    """A table as a person pastes it from a notebook's print: its values written out (data, to the case)."""
+    return "[" + ", ".join("[" + ", ".join(f"{v:.4f}" for v in row) + "]" for row in values.tolist()) + "]"
+
+
+_ANGLES = torch.arange(4.0)[:, None] * (1.0 / 10000.0 ** (torch.arange(0, 8, 2) / 8))[None, :]
+ROPE_CASES += f"""\
+  - id: pasted
+    seed: 4
+    inputs:
+      x: {{randn: [4, 8]}}
+      cos: {_pasted(torch.cat((_ANGLES, _ANGLES), -1).cos())}
+      sin: {_pasted(torch.cat((_ANGLES, _ANGLES), -1).sin())}
+    checks:
+      - id: rotated
+        call: apply_rope(x, cos, sin)
+        expect:
+          out: {{oracle: "x * cos + cat((-x[..., 4:], x[..., :4]), -1) * sin"}}
+"""
 ROPE_STYLES = {
     # Correct by the tables' convention: each angle read once, from the first half, as a complex rotation.
     "complex_halves": """import torch
@@ -136,4 +158,15 @@ def test_a_table_made_from_no_data_is_held_to_the_gradients_that_keep_its_equal_
         assert rope[name][backward].score == rope[name][backward].max_score > 0, (name, rope[name][backward].result)
     detached = rope["tables_detached"]
     assert detached["rope/tables/rotated"].score > 0 and detached[backward].score == 0
+    assert "d/d`cos`" in str(detached[backward].result.failures), detached[backward].result
+
+
+def test_a_table_pasted_as_printed_is_read_where_its_repeats_can_be_told_apart(rope):
+    """The same tables written out, as a teacher pastes a print: data to the case, each angle still twice. A style
+    that reads each once keeps every point there too; the tables cut off autograd still lose theirs."""
+    backward = "rope/pasted/rotated/backward"
+    for name in ("reference", "complex_halves"):
+        assert rope[name][backward].score == rope[name][backward].max_score > 0, (name, rope[name][backward].result)
+    detached = rope["tables_detached"]
+    assert detached["rope/pasted/rotated"].score > 0 and detached[backward].score == 0
     assert "d/d`cos`" in str(detached[backward].result.failures), detached[backward].result
