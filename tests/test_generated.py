@@ -284,6 +284,25 @@ def test_rope_turning_the_other_way_is_named_by_its_sign_on_the_other_piece(tmp_
     assert all("(This one mistake alone gives your results, right and wrong, on the " in line for line in likely)
 
 
+@pytest.mark.grading
+def test_an_activation_where_another_belongs_is_named_by_both(tmp_path):
+    """SwiGLU's gate written with another of the usual activations (as a function or as a method): each named as
+    itself, with the one that belongs."""
+    llama = Path(__file__).resolve().parent / "assignments" / "llama"
+    source = (llama / "reference.py").read_text(encoding="utf-8")
+    gate = "F.silu(self.w1(n))"
+    assert gate in source
+    files = {"relu": "F.relu(self.w1(n))", "tanh": "self.w1(n).tanh()"}
+    for name, written in files.items():
+        (tmp_path / f"{name}.py").write_text(source.replace(gate, written), encoding="utf-8")
+    with Grader(assignment=llama) as grader:
+        graded = grader.grade_each([tmp_path / f"{name}.py" for name in files])
+        for name, one in zip(files, graded):
+            likely = {d for g in one.grades for d in g.diagnosis.split("\n") if d.startswith("Likely mistake")}
+            assert one.score < one.max_score and likely, name
+            assert all(f"`{name}` where SiLU belongs" in line for line in likely), (name, likely)
+
+
 def test_a_reference_s_mistakes_are_made_once_in_a_process_and_again_for_a_changed_source(monkeypatch, tmp_path):
     made = []
     real = generated._generate

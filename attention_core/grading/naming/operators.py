@@ -96,6 +96,18 @@ MORE_LOOK_ALIKE = {
     "silu": [("gelu", "`gelu` where SiLU belongs (GEGLU's gate where SwiGLU's belongs)", "Use SiLU there (F.silu).")],
 }
 
+# The usual activations, each tried where another of them is written (relu for silu in a SwiGLU, tanh for a
+# sigmoid gate): how a student reads its name, and its call. A layer made in ``__init__`` (``nn.GELU()``) too.
+ACTIVATIONS = {
+    "relu": ("ReLU", "F.relu"),
+    "gelu": ("GELU", "F.gelu"),
+    "silu": ("SiLU", "F.silu"),
+    "sigmoid": ("the sigmoid", "torch.sigmoid"),
+    "tanh": ("tanh", "torch.tanh"),
+}
+ACTIVATION_LAYERS = {"ReLU": "relu", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
+_FUNCTIONAL = ("F", "functional", "torch.nn.functional", "nn.functional")
+
 
 def operators(node, owner_names=(), norms=frozenset()):
     """The general slips that can be made at ``node``; ``owner_names``: the graded names (a student's terms);
@@ -404,6 +416,7 @@ def _look_alike(node, name):
             changed.func.id = other
         kind = "sin_cos_swapped" if name in ("sin", "cos") else f"{name}_for_{other}"  # (both at once: one mistake)
         found.append(Slip(kind, mistake, fix, changed))
+    found += _other_activations(node, name, {other for other, _, _ in alikes})
     if name == "gelu":
         approximate = next((k for k in node.keywords if k.arg == "approximate"), None)
         changed = tree_copy(node)
@@ -427,6 +440,51 @@ def _look_alike(node, name):
                     changed,
                 )
             )
+    return found
+
+
+def _other_activations(node, name, covered):
+    """Each usual activation where the one written belongs (``covered``: those the look-alikes already try), as a
+    function (``F.silu(x)``), a method (``x.sigmoid()``) or a layer made in ``__init__`` (``nn.GELU()``)."""
+    own = ACTIVATION_LAYERS.get(name, name)
+    if own not in ACTIVATIONS or not isinstance(node.func, (ast.Attribute, ast.Name)):
+        return []
+    if name in ACTIVATION_LAYERS:
+        operand = None
+    elif node.args:
+        operand = node.args[0]
+    elif isinstance(node.func, ast.Attribute):
+        operand = node.func.value  # x.sigmoid()
+    else:
+        return []
+    title, call = ACTIVATIONS[own]
+    found = []
+    for other, (other_title, _) in ACTIVATIONS.items():
+        if other in (own, *covered):
+            continue
+        if operand is None:  # the layer: nn.GELU() -> nn.SiLU()
+            changed = tree_copy(node)
+            changed.args, changed.keywords = [], []
+            layer = next(k for k, v in ACTIVATION_LAYERS.items() if v == other)
+            if isinstance(changed.func, ast.Attribute):
+                changed.func.attr = layer
+            else:
+                changed.func.id = layer
+        elif node.args and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) in _FUNCTIONAL:
+            changed = ast.Call(ast.Attribute(tree_copy(node.func.value), other, ast.Load()), [tree_copy(operand)], [])
+        else:
+            functional = ast.Attribute(
+                ast.Attribute(ast.Name("torch", ast.Load()), "nn", ast.Load()), "functional", ast.Load()
+            )
+            changed = ast.Call(ast.Attribute(functional, other, ast.Load()), [tree_copy(operand)], [])
+        found.append(
+            Slip(
+                f"{own}_for_{other}",
+                f"`{other}` where {title} belongs",
+                f"Use {title} there ({call}), not {other_title}.",
+                changed,
+            )
+        )
     return found
 
 
