@@ -218,6 +218,51 @@ def test_a_teacher_s_class_gets_every_property_its_reference_holds(tmp_path):
     assert set(given) == set(found) and all(p.points == 1.5 for p in given.values())
 
 
+WINDOW_REFERENCE = """import math
+
+import torch
+
+
+def sliding_window_attention(q, k, v, window):
+    i, j = torch.arange(q.shape[-2])[:, None], torch.arange(k.shape[-2])[None, :]
+    seen = (j <= i) & (j > i - window)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~seen, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def row_norm(x):
+    return (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
+"""
+WINDOW_CASES = """document: {title: windows}
+cases:
+  - id: windows
+    seed: 0
+    inputs: {q: {randn: [5, 4]}, k: {randn: [5, 4]}, v: {randn: [5, 4]}}
+    checks:
+      - id: one
+        call: sliding_window_attention(q, k, v, 1)
+        expect: {out: {oracle: v}}
+      - id: three
+        call: sliding_window_attention(q, k, v, 3)
+        expect: {out: "torch.Size([5, 4])"}
+      - id: norm
+        call: row_norm(q)
+        expect: {out: "torch.Size([5, 4])"}
+"""
+
+
+def test_a_permutation_that_holds_on_some_inputs_only_leaves_the_causal_property(tmp_path):
+    """A window of one gives ``v`` itself, which any permutation permutes: that says so of those inputs alone, and
+    the causal property stays; a name whose every row stands alone (a row norm) still gets the permutation only."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "reference.py").write_text(WINDOW_REFERENCE, encoding="utf-8")
+    (tmp_path / "cases" / "windows.yaml").write_text(WINDOW_CASES, encoding="utf-8")
+    chosen = assignment.load(tmp_path)
+    found = {p.id for p in properties.probes(chosen, runner.collect(chosen.cases, chosen))}
+    assert {"properties/sliding_window_attention/causal", "properties/row_norm/permutation"} <= found, found
+    assert "properties/row_norm/causal" not in found
+
+
 def test_a_teacher_lists_a_name_s_properties_reweighs_one_or_switches_them_off(tmp_path):
     _, found = _teacher(
         tmp_path, "properties:\n  Head: [causal, batched]\nchecks:\n  properties/Head/causal: {points: 3}\n"

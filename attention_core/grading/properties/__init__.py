@@ -202,7 +202,7 @@ def probes(assignment, items, preparation=None, points=None):
         wanted = assignment.settings.properties.get(name)
         if wanted is not None:
             parts_of = {k: v for k, v in parts_of.items() if k in wanted}
-        elif not assignment.builtin and "causal" in parts_of and {"permutation", "permutation_rows"} & set(parts_of):
+        elif not assignment.builtin and "causal" in parts_of and _row_wise(parts_of):
             del parts_of["causal"]  # each row on its own (a layer norm): a permutation says more
         for kind, parts in parts_of.items():
             if kind == "permutation_rows" and "permutation" in parts_of:
@@ -214,6 +214,14 @@ def probes(assignment, items, preparation=None, points=None):
         if probe.points > 0 or (feedback and not given):
             kept.append(probe)
     return kept
+
+
+def _row_wise(parts_of):
+    """Whether a permutation holds on every input set that ``causal`` holds on: each row on its own there (a layer
+    norm). A permutation that holds on some of them only (a window of one, where the output is ``v``) says so of
+    those inputs alone, and the causal property stays."""
+    permuted = {id(p.base) for kind in ("permutation", "permutation_rows") for p in parts_of.get(kind, [])}
+    return all(id(p.base) in permuted for p in parts_of["causal"])
 
 
 def _reference_holds(part, functions):
