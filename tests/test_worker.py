@@ -470,6 +470,14 @@ def test_a_print_flood_is_truncated_without_hanging(submit):
     assert outcome.output == "x" * 4096 + "\n[... 199995905 more bytes of output not shown]"
 
 
+def test_what_a_file_draws_unseeded_at_import_is_the_same_every_time(submit):
+    """A demo's unseeded draws print the same numbers at each grading: the same file, the same results.json."""
+    source = "import random, torch\nprint(torch.randn(3).tolist(), random.random())\ntorch.randn(5)\n"
+    first, again = submit(source), submit(source, name="again.py")
+    assert first.status == again.status == "ok"
+    assert first.output == again.output and first.output.startswith("["), (first.output, again.output)
+
+
 def test_the_server_never_imports_the_package(submit, worker):
     assert not [m for m in worker.server_modules() if m.split(".")[0] == "attention_core"]
     cmdline = open(f"/proc/{worker.pid}/cmdline", "rb").read().split(b"\0")

@@ -9,6 +9,7 @@ arguments as the call left them, which the grader compares with its own copies.
 import importlib.util
 import inspect
 import os
+import random
 import sys
 import traceback
 import types
@@ -215,6 +216,9 @@ class Child:
         stand_ins = _StandIns()
         sys.meta_path.append(stand_ins)
         while True:
+            # What the file draws unseeded is the same at every grading (a demo's printed tensors too).
+            torch.manual_seed(0)
+            random.seed(0)
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             try:
