@@ -240,7 +240,7 @@ NAMED = {
         "layer_norm_no_center": "the mean is not subtracted",
         "layer_norm_unbiased": "unbiased",
         "merge_heads_no_transpose": "without moving the head axis",
-        "mha_scale_model_dim": "the whole width",
+        "mha_scale_model_dim": "the input's width",
         "mha_weights_transposed": "transposed",
         "softmax_log_softmax": "log-probabilities",
         "softmax_sum_no_keepdim": "keepdim",

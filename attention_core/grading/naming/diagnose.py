@@ -83,6 +83,7 @@ class Diagnoser:
             for g in graded.grades
             if not g.result.passed and g.item.error is None and not g.check_id.endswith("/backward")
         }
+        named = []  # (a failed value check, its function, the library's mistakes that fit it)
         for grade in graded.grades:
             if grade.result.passed or grade.item.error is not None or is_property(grade.check_id):
                 continue  # a property's failure names itself
@@ -100,8 +101,10 @@ class Diagnoser:
                 function = grade.item.check.function
                 if _raised(grade.result) and wrong & set(self.calls.get(function, ())):
                     found = []  # it raises, and so does a function the reference builds it on: no proof of its own
-                grade.diagnosis = "\n".join(m.told(function) for m in found)
-                grade.mistakes = tuple(m.words(function)[0] for m in found)
+                named.append((grade, function, found))
+        for grade, function, found in _fitting_all(named):
+            grade.diagnosis = "\n".join(m.told(function) for m in found)
+            grade.mistakes = tuple(m.words(function)[0] for m in found)
         self._name_generated(graded.grades, ask)
         _name_failing_parts(graded.grades, self.calls)
         _name_backward_by_values(graded.grades)
@@ -510,3 +513,20 @@ def _same_failures(result, theirs):
 def _close(a, b, rtol, atol):
     """Element-wise in float64 |a - b| <= atol + rtol |b|, NaN matching NaN and an infinity only itself (no report)."""
     return compare.every(lambda x, y: torch.isclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True), a, b)
+
+
+def _fitting_all(named):
+    """``named`` ((a failed value check, its function, the mistakes that fit it), ...) with, for each function whose
+    every failed check some mistake fits, only those mistakes named on each: where two fit some checks alike (the
+    input's width and the projections' width, equal there), the one that fits them all is the student's."""
+    by_function = {}
+    for entry in named:
+        by_function.setdefault(entry[1], []).append(entry)
+    kept = []
+    for function, entries in by_function.items():
+        every = set.intersection(*({m.name for m in found} for _, _, found in entries))
+        if len(entries) < 2 or not every:
+            kept += entries
+        else:
+            kept += [(grade, function, [m for m in found if m.name in every]) for grade, _, found in entries]
+    return kept

@@ -281,6 +281,13 @@ def multi_head_attention_scaled_by_width(x, w_q, w_k, w_v, n_heads, mask=None):
     return _merge(weights @ v), weights
 
 
+def multi_head_attention_scaled_by_input_width(x, w_q, w_k, w_v, n_heads, mask=None):
+    q, k, v = _split(x @ w_q, n_heads), _split(x @ w_k, n_heads), _split(x @ w_v, n_heads)
+    scale = 1.0 / math.sqrt(x.shape[-1])  # the input's width C, where each head's d_k belongs
+    weights = _softmax(_scores(q, k, mask, scale))
+    return _merge(weights @ v), weights
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no_scale",
@@ -480,7 +487,17 @@ MUTANTS += (
         {"multi_head_attention": multi_head_attention_scaled_by_width},
         "multi_head_attention scales each head's scores by 1 / sqrt(n_heads * d_k), the whole width, instead of "
         "1 / sqrt(d_k), each head's own size",
-        "Let each head's attention take its default scale from the head's size: 1 / sqrt(C // n_heads).",
+        "Let each head's attention take its default scale from the head's size: 1 / sqrt(d_k), where d_k = "
+        "w_q.shape[-1] // n_heads (q.shape[-1] once the heads are split).",
+        "values",
+    ),
+    Mutant(
+        "multi_head_attention_scaled_by_input_width",
+        {"multi_head_attention": multi_head_attention_scaled_by_input_width},
+        "multi_head_attention scales each head's scores by 1 / sqrt(C), the input's width (x.shape[-1]), instead "
+        "of 1 / sqrt(d_k), each head's own size",
+        "Let each head's attention take its default scale from the head's size: 1 / sqrt(d_k), where d_k = "
+        "w_q.shape[-1] // n_heads (q.shape[-1] once the heads are split).",
         "values",
     ),
 )
