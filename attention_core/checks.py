@@ -56,7 +56,7 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
     if not items:
         print(f"no case files in {folder}", file=out)
         return 1
-    rows, errata, shown = {}, [], Shown()
+    rows, errata, shown = {}, [], Shown(verbose)
     page = report.Page("attention-core: checks on the reference core", subtitle=str(folder)) if html else None
     progress = tqdm(
         items,
@@ -108,19 +108,21 @@ def check_command(folder, devices, verbose=False, out=None, html=None, assignmen
 
 
 class Shown:
-    """The problems a run prints, bounded: the first MAX_REPORTS in full, then one line each up to MAX_LINES."""
+    """The problems a run prints, bounded: the first MAX_REPORTS in full, then one line each up to MAX_LINES;
+    with ``verbose`` (``-v``, asked for), every one in full."""
 
     MAX_REPORTS, MAX_REPORT_CHARS, MAX_LINES = 20, 6000, 200
 
-    def __init__(self):
+    def __init__(self, verbose=False):
         self.reports, self.lines, self.count, self.harness_error = [], [], 0, False
+        self.verbose = verbose
 
     def add(self, result, verbose):
         self.count += 1
         self.harness_error |= result.status is Status.HARNESS_ERROR
-        if len(self.reports) < self.MAX_REPORTS:
+        if self.verbose or len(self.reports) < self.MAX_REPORTS:
             text = f"{str(result.status).upper()} {render(result, traceback=verbose)}"
-            if len(text) > self.MAX_REPORT_CHARS:
+            if not self.verbose and len(text) > self.MAX_REPORT_CHARS:
                 text = text[: self.MAX_REPORT_CHARS] + f"\n… ({len(text) - self.MAX_REPORT_CHARS} more characters)"
             self.reports.append(text)
         if len(self.lines) < self.MAX_LINES:

@@ -163,6 +163,9 @@ def test_the_command_line_prints_the_first_20_problems_in_full_then_one_line_eac
     text = out.getvalue()
     assert code == 1 and Shown.MAX_REPORTS == 20
     assert text.count("\nFAILED ") == 20 and "(5 more problems, one line each below)" in text
+    verbose = io.StringIO()
+    assert check_command(tmp_path, covered(["cpu"]), True, out=verbose) == 1  # -v: every failure in full
+    assert verbose.getvalue().count("\nFAILED ") == 25 and "more problems" not in verbose.getvalue()
 
 
 def test_the_gradebook_has_a_column_per_check_holding_that_check_s_score(tmp_path):
