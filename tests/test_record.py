@@ -167,6 +167,15 @@ def test_new_writes_a_commented_skeleton_that_loads_and_is_pending(tmp_path, cap
     assert "exists" in capsys.readouterr().err
 
 
+def test_new_and_import_make_the_folder_they_write_in(tmp_path):
+    assert _run("new", "my_tutorial", "--cases", tmp_path / "cases")[0] == 0
+    assert load_file(tmp_path / "cases" / "my_tutorial.yaml").errors == ()
+    export = tmp_path / "notebook.txt"
+    export.write_text("In [1]:\nx\n\ntensor([1., 2.])\n", encoding="utf-8")
+    assert _run("import", export, "--out", tmp_path / "drafts" / "d.yaml")[0] == 0
+    assert load_file(tmp_path / "drafts" / "d.yaml").errors == ()
+
+
 def test_a_skeleton_in_the_projects_folder_names_the_committed_schema(tmp_path, monkeypatch):
     from attention_core.authoring.drafts import skeleton  # noqa: PLC0415
 

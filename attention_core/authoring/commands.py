@@ -176,10 +176,13 @@ def _count(n, what):
 
 
 def _refused(path, force, replace_with="give --force to replace it"):
+    """Why ``path`` is not written, or None: the folder it goes in is made where there is none yet."""
     if path.exists() and not force:
         return f"{path} exists: {replace_with}"
-    if not path.parent.is_dir():
-        return f"{path.parent}: no such folder"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return f"{path.parent}: cannot make that folder ({err.strerror or err})"
     return None
 
 
