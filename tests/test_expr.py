@@ -435,6 +435,36 @@ def test_the_case_format_page_lists_every_allowed_method_and_function():
     functions = re.search(r"functions `([^`]*)` and torch's own `scaled_dot_product_attention`", page).group(1).split()
     assert sorted(methods) == sorted(TENSOR_METHODS)
     assert sorted(functions) == sorted(set(BUILTINS) - {"scaled_dot_product_attention", "torch_layer_norm"})
+    dtypes = re.search(r"and the dtype names `([^`]*)`", page).group(1).split()
+    assert sorted(dtypes) == sorted(set(CONSTANTS) - {"inf", "nan", "pi"})
+    assert all(isinstance(CONSTANTS[name], torch.dtype) for name in dtypes)
+
+
+@pytest.mark.parametrize(
+    "pasted, plain",
+    [
+        ("torch.softmax(a, dim=-1)", "softmax(a, dim=-1)"),
+        ("F.softmax(a, -1) * math.sqrt(4.0)", "softmax(a, -1) * sqrt(4.0)"),
+        ("torch.nn.functional.gelu(a)", "gelu(a)"),
+        ("a.masked_fill(a > 0, -torch.inf)", "a.masked_fill(a > 0, -inf)"),
+        ("a.to(torch.float64) * math.pi", "a.to(float64) * pi"),
+        ("a.to(torch.float)", "a.to(float32)"),
+        ("(a > 0).to(torch.uint8)", "(a > 0).to(uint8)"),
+        ("(a > 0).to(torch.long)", "(a > 0).long()"),
+    ],
+)
+def test_pasted_code_keeps_its_module_in_front_of_a_name_the_language_has(pasted, plain):
+    """What a notebook writes, read as the plain names the language has: the same values."""
+    scope = {"a": A}
+    assert_same(ev(pasted, scope), ev(plain, scope))
+    assert "torch" not in parse(pasted).names and "F" not in parse(pasted).names
+
+
+def test_a_module_s_other_names_stay_refused_and_float_inf_is_told_how_to_write():
+    with pytest.raises(ExprError, match="uses|unknown|not allowed"):
+        ev("torch.load(a)", {"a": A})
+    with pytest.raises(ExprError, match=r"strings are not allowed: write `inf` or `nan` as they are"):
+        parse('a.masked_fill(a > 0, -float("inf"))')
 
 
 def test_builtin_list():
@@ -483,6 +513,12 @@ def test_builtin_list():
         "int32",
         "int64",
         "bool",
+        "uint8",
+        "int8",
+        "int16",
+        "half",
+        "double",
+        "long",
     }
     with pytest.raises(TypeError):
         BUILTINS["eval"] = eval  # read-only

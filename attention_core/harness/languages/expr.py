@@ -40,7 +40,9 @@ from attention_core.harness.languages.expr_builtins import (
     BUILTINS,
     CONSTANTS,
     CREATION,
+    DTYPE_ALIASES,
     MAX_MULTIPLY_ADDS,
+    MODULE_PREFIXES,
     RESULT_FIELDS,
     SIZE_BOUNDS,
     TENSOR_METHODS,
@@ -159,6 +161,9 @@ _REFUSED: dict[type, str] = {
     ast.BoolOp: "`and`/`or` are not allowed; use `&` and `|` on masks",
 }
 
+# What ``float("...")`` spells that the language writes as a name.
+_SPELLED = frozenset({"inf", "infinity", "nan"})
+
 # Keyword arguments that would write into a tensor or pick a device.
 _REFUSED_KEYWORDS = frozenset({"out", "device", "default_dtype"})
 
@@ -189,6 +194,11 @@ class _Validator:
         if kind is ast.Constant:
             for refused, name in ((str, "strings"), (bytes, "bytes"), (complex, "complex numbers")):
                 if isinstance(node.value, refused):
+                    if isinstance(node.value, str) and node.value.strip().lower().lstrip("+-") in _SPELLED:
+                        self.refuse(
+                            f"strings are not allowed: write `inf` or `nan` as they are, not as float({node.value!r})",
+                            node,
+                        )
                     self.refuse(f"{name} are not allowed", node)
             if isinstance(node.value, float):  # float64's largest, rounded, is kept; past it is refused
                 node.value, why = read_float(ast.get_source_segment(self.source.lstrip(), node), node.value)
@@ -287,6 +297,31 @@ def _parse_tree(source: str) -> ast.Expression:
         raise ExprError(f"syntax error: {exc}", None, source) from None
 
 
+class _Unprefixed(ast.NodeTransformer):
+    """``torch.softmax``, ``F.softmax``, ``math.sqrt``, ``torch.inf``, ``torch.float``: the plain name of the language
+    that pasted code writes with its module in front (only a name the language has: ``F.weight`` stays)."""
+
+    def __init__(self, known):
+        self.known = known
+
+    def visit_Attribute(self, node):
+        if isinstance(node.ctx, ast.Load) and _dotted(node.value) in MODULE_PREFIXES:
+            name = DTYPE_ALIASES.get(node.attr, node.attr) if _dotted(node.value) == "torch" else node.attr
+            if name in self.known:
+                return ast.copy_location(ast.Name(name, ast.Load()), node)
+        return self.generic_visit(node)
+
+
+def _dotted(node):
+    """``a.b.c`` as its text; '' for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
 def parse(source: str, *, extra_functions: Collection[str] = (), any_function: bool = False) -> Expr:
     """Parse and validate an expression, once.
 
@@ -308,6 +343,10 @@ def parse(source: str, *, extra_functions: Collection[str] = (), any_function: b
     if len(source) > MAX_SOURCE_CHARS:
         raise ExprError(f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}", None, source)
     tree = _parse_tree(source)
+    try:
+        tree = _Unprefixed(frozenset(BUILTINS) | frozenset(CONSTANTS)).visit(tree)
+    except RecursionError:
+        raise ExprError(f"expression is nested too deeply; the limit is {MAX_DEPTH}", None, source) from None
     validator = _Validator(source, frozenset(BUILTINS) | frozenset(extra_functions), any_function)
     validator.top = tree.body if any_function else None
     validator.visit(tree.body, 1)

@@ -41,8 +41,19 @@ CONSTANTS: Mapping[str, object] = types.MappingProxyType(
         "int32": torch.int32,
         "int64": torch.int64,
         "bool": torch.bool,
+        "uint8": torch.uint8,
+        "int8": torch.int8,
+        "int16": torch.int16,
+        "half": torch.float16,
+        "double": torch.float64,
+        "long": torch.int64,
     }
 )
+# torch's other names of a dtype, read where pasted code writes ``torch.float`` (``float`` alone is a function).
+DTYPE_ALIASES: Mapping[str, str] = types.MappingProxyType({"float": "float32", "int": "int32", "short": "int16"})
+# What pasted code writes before a function or constant of the language: ``torch.softmax``, ``F.softmax``,
+# ``math.sqrt``, ``torch.inf``; read as the plain name.
+MODULE_PREFIXES = frozenset({"torch", "F", "math", "torch.nn.functional", "nn.functional", "functional"})
 
 TENSOR_PROPERTIES = frozenset({"T", "mT", "shape", "ndim", "dtype"})
 
