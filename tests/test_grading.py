@@ -224,6 +224,7 @@ def test_an_import_error_fails_every_check_with_the_reason(batch):
     result = batch[0]["import_error"]
     assert result["score"] == 0 and "broken at import" in result["output"]
     assert {t["extra_data"]["status"] for t in result["tests"]} == {"implementation error"}
+    assert not [t["name"] for t in result["tests"] if "wrong values" in t["output"]]  # it gave none to judge
 
 
 @pytest.mark.grading

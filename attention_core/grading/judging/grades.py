@@ -90,8 +90,8 @@ def charge_unearned(grades):
                     None,
                     [
                         (
-                            f"Not credited on its own: `{name}` gives wrong values, and this is earned only with right values; "
-                            f"its points are charged once, with {failed.check_id}."
+                            f"Not credited on its own: `{name}` {_gives(failed)}, and this is earned only with right "
+                            f"values; its points are charged once, with {failed.check_id}."
                         ),
                         grade.charged,
                     ],
@@ -138,3 +138,11 @@ def _counted(moved):
         else "",
     ]
     return " and ".join(filter(None, parts))
+
+
+def _gives(failed):
+    """What a failed value check says of its name: wrong values, or none to judge (it raised, hung, was missing,
+    or the file did not import)."""
+    if failed.result.status is Status.FAILED:
+        return "gives wrong values"
+    return f"gives no values to judge (its check: {failed.result.status})"
