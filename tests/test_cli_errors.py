@@ -81,3 +81,9 @@ def test_a_seeded_case_the_reference_fails_says_what_its_seed_draws_first(tmp_pa
     (tmp_path / "s.yaml").write_text((tmp_path / "s.yaml").read_text().replace("seed: 41", "seed: 42"))
     (item,) = runner.collect(tmp_path)
     assert runner.run(item).passed  # the document's own seed: the README's seed-42 value
+    for expect in ("tensor([1.9269, 1.4874])", "tensor([1.9269, 1.4873, 0.9007])"):  # a digit off; a shape
+        text = (tmp_path / "s.yaml").read_text()
+        (tmp_path / "s.yaml").write_text(text.split("expect: {out: ")[0] + f'expect: {{out: "{expect}"}}\n')
+        (item,) = runner.collect(tmp_path)
+        result = runner.run(item)
+        assert result.status.value == "failed" and "draws from seed" not in result.message, (expect, result.message)

@@ -161,22 +161,35 @@ def _run(item, functions, device, header, preparation, judge, reference):
         if stale:  # the erratum note is the case file's: its problem is a case error
             raise calls.Stop(Status.CASE_ERROR, stale.render())
     status = Status.FAILED if failures else Status.PASSED
-    hint = _seed_hint(case, scope) if failures and judge is True and functions is reference else ""
+    hint = _seed_hint(case, scope, failures) if failures and judge is True and functions is reference else ""
     return Result(status, item.id, item.location, header, tuple(failures), message=hint, outputs=values)
 
 
-def _seed_hint(case, scope):
+def _seed_hint(case, scope, failures):
     """For a seeded case that the reference fails: what its first draw is, so that an author can tell a
     wrong seed (or draw order) from a wrong computation."""
     first = next((name for name, i in case.inputs.items() if isinstance(i, DrawInput)), None)
     value = scope.get(first) if first is not None else None
     if case.seed is None or not isinstance(value, torch.Tensor) or not value.numel():
         return ""
+    if not all(_broad(f.mismatch) for f in failures):
+        return ""  # a wrong shape, or a few elements off (a digit mistyped): not what another seed does
     shown = ", ".join(f"{v:.4f}" for v in value.reshape(-1)[:3].tolist())
     return (
         f"the case draws from seed {case.seed}: its first draw, {first}, begins [{shown}, ...]; if the "
         f"document printed other numbers there, its seed or its order of draws differs from the case's"
     )
+
+
+def _broad(mismatch):
+    """Whether a mismatch is what drawing from another seed gives: values, most of them off."""
+    if getattr(mismatch, "stage", None) != "values":
+        return False
+    if mismatch.actual is None or mismatch.expected is None or not mismatch.actual.numel():
+        return True
+    allowed = mismatch.allowed() if callable(mismatch.allowed) else mismatch.allowed
+    off = ~((mismatch.actual.to(torch.float64) - mismatch.expected).abs() <= allowed)
+    return bool(off.to(torch.float64).mean() > 0.5)
 
 
 def _prepared_arguments(item, device, preparation):
