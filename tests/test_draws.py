@@ -141,3 +141,32 @@ def test_a_case_with_a_dropout_draw_checks_nn_dropouts_output(tmp_path):
 def test_bad_dropout_arguments_say_what_to_write(args, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         check_spec("dropout", args)
+
+
+def test_a_draw_s_own_seed_seeds_the_stream_again_there_as_manual_seed_does(tmp_path):
+    """A tutorial that seeds again before a draw (Raschka's 123 before the inputs, then before the weights):
+    that draw and the later ones come from the new stream; with neither the case's seed nor one before it, a draw
+    is refused at its line."""
+    from attention_core.harness.checking import inputs  # noqa: PLC0415
+    from attention_core.harness.reading.cases import load_file  # noqa: PLC0415
+
+    (tmp_path / "s.yaml").write_text(
+        "document: {title: T}\ncases:\n  - id: c\n    inputs:\n      x: {rand: [6, 3], seed: 123}\n"
+        "      w_query: {rand: [3, 2], seed: 123}\n      w_key: {rand: [3, 2]}\n"
+        "    checks:\n      - id: k\n        expr: x\n        expect: {out: {oracle: x}}\n",
+        encoding="utf-8",
+    )
+    loaded = load_file(tmp_path / "s.yaml")
+    assert loaded.errors == ()
+    made = inputs.materialise(loaded.cases[0])
+    torch.manual_seed(123)
+    x = torch.rand(6, 3)
+    torch.manual_seed(123)
+    w_query, w_key = torch.rand(3, 2), torch.rand(3, 2)
+    assert torch.equal(made["x"], x) and torch.equal(made["w_query"], w_query) and torch.equal(made["w_key"], w_key)
+    (tmp_path / "s.yaml").write_text(
+        (tmp_path / "s.yaml").read_text().replace("x: {rand: [6, 3], seed: 123}", "x: {rand: [6, 3]}"),
+        encoding="utf-8",
+    )
+    (error,) = load_file(tmp_path / "s.yaml").errors
+    assert "s.yaml:5:" in str(error) and "the case has no 'seed' (give the case one, or this draw its own" in str(error)

@@ -52,6 +52,8 @@ def materialise(case, *, device="cpu", dtype=None, perturb=None):
     scope, total = Scope(), 0
     budget = Budget(MAX_CASE_ELEMENTS)  # what the case's expressions create along the way, all together
     for name, item in case.inputs.items():
+        if isinstance(item, DrawInput) and item.seed is not None:  # torch.manual_seed(seed) just before it
+            generator = (generator or torch.Generator()).manual_seed(item.seed)
         try:
             value = _make(item, scope, generator, case.dtype, device, dtype, perturb, budget)
         except Exception as err:

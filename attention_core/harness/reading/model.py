@@ -145,12 +145,15 @@ class TokenIdsInput(Node):
 
 
 class DrawInput(Node):
-    """A seeded draw from the case's generator; ``draw`` names it, ``spec`` holds its arguments."""
+    """A seeded draw from the case's generator; ``draw`` names it, ``spec`` holds its arguments; ``seed``, where
+    given, seeds the generator again just before it (a notebook's ``torch.manual_seed`` there): this draw and the
+    later ones come from that stream."""
 
     kind: ClassVar[str] = "draw"
     draw: ClassVar[str]
     what: ClassVar[str] = "a draw input"
     dtype: DType | None = None
+    seed: Seed | None = None
 
     @property
     def spec(self):

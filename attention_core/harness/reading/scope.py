@@ -50,8 +50,21 @@ def settle(case, context):
         if check.id in seen:
             raise Misplaced(("checks", i, "id"), f"check id {quote(check.id)} is used twice in case {quote(case.id)}")
         seen.add(check.id)
-        checks.append(_check(check, ("checks", i), known, source, points, visibility, assignment, case.seed))
+        checks.append(_check(check, ("checks", i), known, source, points, visibility, assignment, _stream_seed(case)))
     return case.updated({"source": source, "dtype": dtype, "checks": tuple(checks)})
+
+
+def _stream_seed(case, upto=None):
+    """The seed the case's stream starts from by input ``upto`` (all of them: None): the case's, or the first
+    draw's own; None where nothing seeds it."""
+    if case.seed is not None:
+        return case.seed
+    for name, item in case.inputs.items():
+        if isinstance(item, DrawInput) and item.seed is not None:
+            return item.seed
+        if name == upto:
+            return None
+    return None
 
 
 def _default_assignment():
@@ -109,8 +122,12 @@ def _inputs(case):
         at = ("inputs", name)
         if isinstance(item, ExprInput):
             _defined(item.expr, known, (*at, "expr"), "input expression")
-        if isinstance(item, DrawInput) and case.seed is None:
-            raise Misplaced(at, f"input {quote(name)} is a seeded draw ({item.draw}) but the case has no 'seed'")
+        if isinstance(item, DrawInput) and _stream_seed(case, upto=name) is None:
+            raise Misplaced(
+                at,
+                f"input {quote(name)} is a seeded draw ({item.draw}) but the case has no 'seed' (give the case "
+                f"one, or this draw its own: {{{item.draw}: ..., seed: 42}})",
+            )
         total += elements(item)
         if total > MAX_CASE_ELEMENTS:
             raise Misplaced(
