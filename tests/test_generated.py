@@ -57,8 +57,10 @@ def test_the_book_s_reference_gets_every_kind_of_slip_its_code_can_make():
 def test_a_slip_is_worded_for_a_student_never_as_a_line_a_constant_or_a_variable_of_the_reference():
     source = (BOOK / "reference.py").read_text()
     # (plain English words that happen to be names too, keys and values, may be said)
-    variables = set(re.findall(r"^\s+([a-z_][a-z0-9_]*) = ", source, re.M)) - {"x", "keys", "values", "queries"}
-    assert {"attn_scores", "attn_weights", "context"} <= variables
+    assigned = re.findall(r"^\s+([a-z_][a-z0-9_]*(?:, *[a-z_][a-z0-9_]*)*) = ", source, re.M)  # b, t, d = x.shape too
+    variables = {v.strip() for names in assigned for v in names.split(",") if len(v.strip()) > 1}  # (`b @ a`: letters)
+    variables -= {"keys", "values", "queries"}
+    assert {"attn_scores", "attn_weights", "context", "num_tokens", "d_in"} <= variables
     for mutant in generated.generate(assignment.load(BOOK)):
         words = f"{mutant.mistake} {mutant.fix}"
         assert not re.search(r"reference\.py|line \d|:\d+|->", words), words

@@ -1018,15 +1018,44 @@ def _size_swapped(function):
                 target.args[0] = tree_copy(other)
             else:
                 target.left = tree_copy(other)
+            now_text, was_text = _size_text(other, function), _size_text(size, function, "each key's size")
             found.append(
                 Slip(
                     "scale_by_other_size",
-                    f"the scale takes the square root of `{now}` where `{was}` belongs: another size",
-                    f"Scale by the square root of `{was}`, the size the formula names (each key's).",
+                    f"the scale takes the square root of {now_text} where {was_text} belongs: another size",
+                    f"Scale by the square root of {was_text}, the size the formula names (each key's)."
+                    if was_text.startswith("`")
+                    else "Scale by the square root of each key's size (the keys' last dimension).",
                     changed,
                 )
             )
     return found
+
+
+def _size_text(size, function, otherwise="another size"):
+    """A size as a student can read it, never by a local name of the reference's: a parameter, a module's own
+    ``self.<name>``, or a shape of a parameter (``B, T, C = x.shape``'s ``C`` is `x.shape[-1]`); else
+    ``otherwise``."""
+    parameters = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
+    if not isinstance(size, ast.Name):
+        names = {n.id for n in ast.walk(size) if isinstance(n, ast.Name)}
+        return f"`{ast.unparse(size)}`" if names <= parameters | {"self"} else otherwise
+    if size.id in parameters:
+        return f"`{size.id}`"
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_shape(node.value):
+            target, value = node.targets[0], node.value
+            of = value.value if isinstance(value, ast.Subscript) else value
+            of = of.func.value if isinstance(of, ast.Call) else of.value  # x.size() / x.shape: x
+            if not (isinstance(of, ast.Name) and of.id in parameters):
+                continue
+            if isinstance(target, ast.Tuple) and not isinstance(value, ast.Subscript):
+                spots = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == size.id]
+                if spots:
+                    return f"`{of.id}.shape[{spots[0] - len(target.elts)}]`"
+            elif isinstance(target, ast.Name) and target.id == size.id:
+                return f"`{ast.unparse(value)}`"
+    return otherwise
 
 
 def _factor_unused(node):
