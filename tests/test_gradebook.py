@@ -53,6 +53,24 @@ def test_points_possible_are_each_check_s_own_whatever_a_failed_check_stands_for
     assert [g.possible for g in recorded.grades] == [1, 3] and recorded.grades[0].max_score == 4
 
 
+@pytest.mark.grading
+def test_a_submission_graded_alone_has_the_columns_a_batch_gives_it_and_they_add_up_to_its_maximum(tmp_path):
+    """A backward check not run (the values are wrong: the value check stands for it) keeps its column, 0 of its
+    own points, whether or not another submission of the run passed it."""
+    wrong = str(HEAD / "submissions" / "unscaled.py")
+    books = {}
+    for name, files in (("alone", [wrong]), ("batch", [str(HEAD / "submissions" / "correct.py"), wrong])):
+        assert grade_head(*files, "--out", str(tmp_path / name)).returncode == 0
+        books[name] = _rows(tmp_path / name / "gradebook.csv")
+    header, possible, *rows = books["alone"]
+    assert header == books["batch"][0] and possible == books["batch"][1]
+    assert any(c.endswith("/backward") for c in header)
+    assert sum(float(p) for p in possible[3:]) == float(possible[1])
+    (row,) = rows
+    assert sum(float(c) for c in row[3:]) == float(row[1]) and "" not in row[3:]
+    assert row == next(r for r in books["batch"][2:] if r[0] == row[0])
+
+
 def test_a_file_that_is_no_gradebook_is_replaced_not_merged(tmp_path):
     book = tmp_path / "gradebook.csv"
     book.write_text("name,grade\nzed,3\n", encoding="utf-8")

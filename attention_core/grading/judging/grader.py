@@ -378,6 +378,7 @@ class Grader(BackwardChecks, PropertyGrades):
         if not result.passed:  # one charge per mistake: its gradients are not checked, and charged with it
             value.worth = value.possible
             value.max_score += gradient_points
+            value.stands_for = ((f"{item.id}/backward", gradient_points),)
             why = "the values are wrong" if result.status is Status.FAILED else "the call returned no values"
             value.charged = (
                 f"Its gradients were not checked: {why}. This check stands for its backward check's "

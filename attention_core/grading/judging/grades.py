@@ -28,6 +28,7 @@ class Grade:
     charged: str = ""  # what else this check's score stands for (its gradients, not checked: one charge)
     mistakes: tuple = ()  # the mistakes its feedback names as likely, each in its own words (summary.csv's rows)
     worth: float | None = None  # the check's own points where a charge moved points onto or off it (else max_score)
+    stands_for: tuple = ()  # (check id, its own points) of each check not run whose points this one carries
 
     @property
     def possible(self):

@@ -180,9 +180,17 @@ def write(graded, name, out):
         graded.score,
         graded.max_score,
         graded.protections,
-        [Score(g.check_id, g.score, g.max_score, tuple(g.mistakes), _kind(g.check_id), g.worth) for g in graded.grades],
+        [score for g in graded.grades for score in _scores(g)],
         graded.error,
     )
+
+
+def _scores(grade):
+    """A grade's Score, then one for each check not run whose points it carries (a backward check of wrong values:
+    its own column, next to its value check's, 0 of its points, as every submission's gradebook has it)."""
+    yield Score(grade.check_id, grade.score, grade.max_score, tuple(grade.mistakes), _kind(grade.check_id), grade.worth)
+    for check_id, own in grade.stands_for:
+        yield Score(check_id, 0.0, 0.0, (), _kind(check_id), own)
 
 
 def _kind(check_id):
