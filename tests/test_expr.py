@@ -291,6 +291,9 @@ METHOD_CASES = [
     ("p.log()", P.log()),
     ("p.sqrt()", P.sqrt()),
     ("a.cumsum(0)", A.cumsum(0)),
+    ("a.t()", A.t()),
+    ("a.diagonal()", A.diagonal()),
+    ("a.repeat_interleave(2, dim=0)", A.repeat_interleave(2, dim=0)),
     ("a.repeat(2, 1)", A.repeat(2, 1)),
     ("a.T.repeat(4, 1, 1)", A.T.repeat(4, 1, 1)),
     ("v.expand(3, 4)", V.expand(3, 4)),
@@ -458,6 +461,14 @@ def test_pasted_code_keeps_its_module_in_front_of_a_name_the_language_has(pasted
     scope = {"a": A}
     assert_same(ev(pasted, scope), ev(plain, scope))
     assert "torch" not in parse(pasted).names and "F" not in parse(pasted).names
+
+
+def test_repeat_interleave_is_bounded_and_an_in_place_method_is_told_its_plain_form():
+    a = torch.arange(6.0).reshape(2, 3)
+    with pytest.raises(ExprError, match="would create 600000000 elements"):
+        ev("a.repeat_interleave(100000000, dim=0)", {"a": a})
+    with pytest.raises(ExprError, match=r"method 'masked_fill_' is not allowed: nothing is changed in place, use"):
+        parse("a.masked_fill_(a > 1, 0)")
 
 
 def test_a_module_s_other_names_stay_refused_and_float_inf_is_told_how_to_write():
@@ -733,7 +744,11 @@ def test_declared_function_not_supplied():
         ("(y := 1)", "assignment expressions (`:=`) are not allowed", 2),
         ("x.numpy()", "method 'numpy' is not allowed", 3),
         ("x.T.tolist()", "method 'tolist' is not allowed", 5),
-        ("x.masked_fill_(m, 0)", "method 'masked_fill_' is not allowed", 3),
+        (
+            "x.masked_fill_(m, 0)",
+            "method 'masked_fill_' is not allowed: nothing is changed in place, use `masked_fill`",
+            3,
+        ),
         ("(1).bit_length()", "attributes and methods are only allowed on tensors and records", 1),
         ("(1).float()", "attributes and methods are only allowed on tensors and records", 1),
         ("[1, 2].T", "attributes and methods are only allowed on tensors and records", 1),

@@ -246,7 +246,13 @@ class _Validator:
         elif isinstance(func, ast.Attribute):
             self.check_attribute(func)
             if func.attr not in TENSOR_METHODS:
-                self.refuse(f"method '{func.attr}' is not allowed", column=attr_column(self.source, func))
+                plain = func.attr.removesuffix("_")
+                hint = (
+                    f": nothing is changed in place, use `{plain}`"
+                    if plain != func.attr and plain in TENSOR_METHODS
+                    else ""
+                )
+                self.refuse(f"method '{func.attr}' is not allowed{hint}", column=attr_column(self.source, func))
             self.visit(func.value, depth + 1)
         else:
             self.refuse("only named functions and tensor methods can be called", func)

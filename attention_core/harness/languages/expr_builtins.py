@@ -64,7 +64,7 @@ TENSOR_METHODS = frozenset(
     """
     transpose permute reshape view unsqueeze squeeze flatten contiguous clone detach
     sum mean std var amax amin max min argmax argmin abs exp log sqrt cumsum
-    repeat expand tril triu masked_fill softmax
+    repeat repeat_interleave expand tril triu masked_fill softmax t diagonal
     tanh sigmoid relu rsqrt square pow clamp norm
     float double half bfloat16 long int bool
     size numel dim item allclose isclose isfinite isnan eq ne lt le gt ge matmul to
@@ -432,6 +432,14 @@ def broadcast_bound(shapes) -> int:
     return math.prod(dims)
 
 
+def _repeats(given) -> int:
+    """The most copies ``repeat_interleave`` makes of an element: a number, or a tensor of them (their sum)."""
+    (repeats,) = given
+    if isinstance(repeats, Tensor):
+        return max(1, int(repeats.sum())) if repeats.numel() and not repeats.is_floating_point() else 1
+    return _magnitude(repeats)
+
+
 def _receiver_size(args) -> int:
     return broadcast_bound([args[0].shape]) if args and isinstance(args[0], Tensor) else 1
 
@@ -487,6 +495,7 @@ SIZE_BOUNDS: Mapping[str, Callable] = types.MappingProxyType(
         "tensor": lambda args, kwargs: _data_count(args[0] if args else kwargs.get("data")),
         "repeat": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
         "expand": lambda args, kwargs: _receiver_size(args) * _magnitude((args[1:], *kwargs.values())),
+        "repeat_interleave": lambda args, kwargs: _receiver_size(args) * _repeats(args[1:2] or [kwargs.get("repeats")]),
         "scaled_dot_product_attention": _attention_bound,
     }
 )
