@@ -470,6 +470,16 @@ def test_a_print_flood_is_truncated_without_hanging(submit):
     assert outcome.output == "x" * 4096 + "\n[... 199995905 more bytes of output not shown]"
 
 
+def test_a_print_flood_at_import_is_told_as_such_in_the_feedback(submit):
+    """50,000 lines at import: the first lines shown, then that the rest of the output was not kept at all."""
+    from attention_core.grading.process import replies  # noqa: PLC0415
+
+    s = submit("for i in range(50_000):\n    print('debug', i, 'x' * 190)\ndef softmax(x, dim=-1):\n    return x\n")
+    shown = replies.printed(s.output)
+    assert shown.startswith("debug 0 ") and "more lines" in shown
+    assert re.search(r"\[\.\.\. \d+ more bytes of output not shown\]$", shown), shown[-300:]
+
+
 def test_what_a_file_draws_unseeded_at_import_is_the_same_every_time(submit):
     """A demo's unseeded draws print the same numbers at each grading: the same file, the same results.json."""
     source = "import random, torch\nprint(torch.randn(3).tolist(), random.random())\ntorch.randn(5)\n"

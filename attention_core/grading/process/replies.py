@@ -6,6 +6,7 @@ printed output, of which only the first bytes are kept (:class:`Output`).
 """
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -99,10 +100,16 @@ def printed(output):
     """What a submission printed, as feedback shows it: its first :data:`PRINTED_LINES` lines, each cut at
     :data:`ECHOED` characters, and how much more there was."""
     lines = output.rstrip("\n").splitlines()
+    dropped = lines.pop() if lines and _NOT_SHOWN.fullmatch(lines[-1]) else None  # the bytes not kept, told last
     shown = [line if len(line) <= ECHOED else line[: ECHOED - 1] + "…" for line in lines[:PRINTED_LINES]]
     if len(lines) > PRINTED_LINES:
         shown.append(f"… and {len(lines) - PRINTED_LINES} more lines")
+    if dropped is not None:
+        shown.append(dropped)
     return "\n".join(shown)
+
+
+_NOT_SHOWN = re.compile(r"\[\.\.\. \d+ more bytes of output not shown\]")
 
 
 def text(value):
