@@ -227,6 +227,14 @@ def test_an_import_error_fails_every_check_with_the_reason(batch):
     assert not [t["name"] for t in result["tests"] if "wrong values" in t["output"]]  # it gave none to judge
 
 
+def test_each_check_of_a_file_that_does_not_parse_says_its_syntax_error(tmp_path):
+    (tmp_path / "broken.py").write_text(REFERENCE.replace("def layer_norm(", "def layer_norm((", 1))
+    with Grader() as grader:
+        graded = grader.grade(tmp_path / "broken.py")
+    said = {g.result.message for g in graded.grades}
+    assert len(said) == 1 and "line " in next(iter(said)) and "SyntaxError: " in next(iter(said)), said
+
+
 @pytest.mark.grading
 def test_a_package_missing_where_submissions_are_graded_costs_only_what_uses_it(tmp_path):
     """A file that imports a package only to plot or show (as a notebook's failing cell costs nothing else): the

@@ -23,7 +23,7 @@ import torch
 from attention_core.grading import properties
 from attention_core.grading.intake import archives, folders, notebooks, regular
 from attention_core.grading.judging.backward import BackwardChecks
-from attention_core.grading.judging.grades import Grade, SubmissionGrade, charge_unearned
+from attention_core.grading.judging.grades import Grade, SubmissionGrade, charge_unearned, headline
 from attention_core.grading.judging.options import GradingOptions
 from attention_core.grading.judging.property_grades import PropertyGrades
 from attention_core.grading.naming import feedback, generated, own_mistakes
@@ -361,7 +361,7 @@ class Grader(BackwardChecks, PropertyGrades):
                 )
             ]
         if functions is None or submission.status != replies.OK:
-            result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=problem.split("\n")[0])
+            result = Result(Status.IMPLEMENTATION_ERROR, item.id, item.location, message=headline(problem))
         else:
             functions.last_grad, functions.keep, functions.limit = None, self._reads[item], self._reply_bound(item)
             result = self._value_result(item, functions)

@@ -1,6 +1,7 @@
 """A graded submission as data: each check's :class:`Grade`, and the :class:`SubmissionGrade` holding them;
 what a grade is earned with (:func:`charge_unearned`)."""
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,3 +148,15 @@ def _gives(failed):
     if failed.result.status is Status.FAILED:
         return "gives wrong values"
     return f"gives no values to judge (its check: {failed.result.status})"
+
+
+def headline(problem):
+    """A submission's import problem in one line, for each check it fails: its first line, and its exception's
+    where that is further down (a syntax error's report starts with its file and line)."""
+    lines = [line.strip() for line in problem.split("\n") if line.strip()]
+    if not lines:
+        return ""
+    last = lines[-1]
+    if len(lines) > 1 and re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", last):
+        return f"{lines[0]}: {last}"
+    return lines[0]

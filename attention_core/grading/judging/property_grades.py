@@ -2,7 +2,7 @@
 relation judged in the grader. A mixin of the Grader."""
 
 from attention_core.grading import properties
-from attention_core.grading.judging.grades import Grade
+from attention_core.grading.judging.grades import Grade, headline
 from attention_core.grading.naming import feedback
 from attention_core.grading.process import replies
 from attention_core.grading.properties import worth
@@ -32,7 +32,7 @@ class PropertyGrades:
             return []
         values = {}
         if functions is None or submission.status != replies.OK:
-            failed = CallFailed(Status.IMPLEMENTATION_ERROR, problem.split("\n")[0] or "the submission did not import")
+            failed = CallFailed(Status.IMPLEMENTATION_ERROR, headline(problem) or "the submission did not import")
         else:
             failed = None
             self._make_property_calls([c for p in probes for c in p.calls], submission, functions, values, "properties")
