@@ -471,6 +471,19 @@ def test_repeat_interleave_is_bounded_and_an_in_place_method_is_told_its_plain_f
         parse("a.masked_fill_(a > 1, 0)")
 
 
+def test_an_input_may_not_take_a_module_s_name(tmp_path):
+    from attention_core.harness.reading.cases import load_file  # noqa: PLC0415
+
+    path = tmp_path / "f.yaml"
+    path.write_text(
+        "document: {title: t}\ncases:\n  - id: c\n    inputs:\n      F: [1.0, 2.0]\n    checks:\n"
+        "      - id: k\n        expr: F.softmax(-1)\n        expect: {out: [0.2689, 0.7311]}\n",
+        encoding="utf-8",
+    )
+    (error,) = load_file(path).errors
+    assert "f.yaml:5:" in str(error) and "an input may not be named 'F'" in str(error)
+
+
 def test_a_module_s_other_names_stay_refused_and_float_inf_is_told_how_to_write():
     with pytest.raises(ExprError, match="uses|unknown|not allowed"):
         ev("torch.load(a)", {"a": A})

@@ -54,6 +54,7 @@ DTYPE_ALIASES: Mapping[str, str] = types.MappingProxyType({"float": "float32", "
 # What pasted code writes before a function or constant of the language: ``torch.softmax``, ``F.softmax``,
 # ``math.sqrt``, ``torch.inf``; read as the plain name.
 MODULE_PREFIXES = frozenset({"torch", "F", "math", "torch.nn.functional", "nn.functional", "functional"})
+MODULE_NAMES = frozenset(prefix.split(".")[0] for prefix in MODULE_PREFIXES)  # no input may be named so
 
 TENSOR_PROPERTIES = frozenset({"T", "mT", "shape", "ndim", "dtype"})
 

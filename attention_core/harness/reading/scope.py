@@ -13,6 +13,7 @@ import math
 import torch
 
 from attention_core.harness.languages import expr
+from attention_core.harness.languages.expr_builtins import MODULE_NAMES
 from attention_core.harness.reading.fields import MAX_CASE_ELEMENTS, FieldError, parse_expression, spec_function
 from attention_core.harness.reading.model import (
     CallCheck,
@@ -120,6 +121,12 @@ def _inputs(case):
     known, total = set(), 0
     for name, item in case.inputs.items():
         at = ("inputs", name)
+        if name in MODULE_NAMES:
+            raise Misplaced(
+                at,
+                f"an input may not be named {quote(name)}: expressions read `{name}.` in front of a function or a "
+                f"constant as pasted code's module (give the input another name)",
+            )
         if isinstance(item, ExprInput):
             _defined(item.expr, known, (*at, "expr"), "input expression")
         if isinstance(item, DrawInput) and _stream_seed(case, upto=name) is None:
