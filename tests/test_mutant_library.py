@@ -41,10 +41,19 @@ def _checks(mutant):
 DOCUMENTS = ("000_", "001_", "002_", "003_", "004_")
 
 
+# Mistakes the documents themselves make work on their own inputs: caught beyond them only.
+BEYOND_ONLY = {
+    # Document 003's In [29] merges with b.transpose(1, 2).view(...), where b was itself transposed: its view works
+    # there, and raises on a contiguous input (900_beyond_the_documents's heads_4d).
+    "merge_heads_view_of_transposed",
+}
+
+
 @pytest.mark.parametrize("mutant", BY_BREAKS["values"], ids=ids)
 def test_a_values_mutant_fails_a_check_of_the_documents_themselves(mutant):
-    assert any(not result.passed for item, result in _checks(mutant) if item.file.name.startswith(DOCUMENTS)), (
-        f"{mutant.name}: no check of the documents catches it"
+    where = ("900_",) if mutant.name in BEYOND_ONLY else DOCUMENTS
+    assert any(not result.passed for item, result in _checks(mutant) if item.file.name.startswith(where)), (
+        f"{mutant.name}: no check of {where} catches it"
     )
 
 

@@ -182,6 +182,20 @@ def split_heads_by_bare_view(x, n_heads):
     return x.reshape(*lead, n_heads, T, C // n_heads)  # (..., nh, T, hs), rows and heads mixed up
 
 
+def merge_heads_view_of_transposed(x):
+    *lead, nh, T, hs = x.shape
+    return x.transpose(-3, -2).view(*lead, T, nh * hs)  # a view of a transposed tensor: torch refuses it
+
+
+def attention_bool_mask_added(q, k, v, mask=None, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores + mask  # a bool mask added as numbers: True adds 1, nothing is blocked
+    weights = _softmax(scores)
+    return weights @ v, weights
+
+
 def merge_heads_by_bare_view(x):
     *lead, nh, T, hs = x.shape
     return x.reshape(*lead, T, nh * hs)  # (..., T, C) with the head axis still in front of T
@@ -407,8 +421,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "scores_detached",
         {"attention": attention_scores_detached},
-        "the scores are .detach()ed: the values are right but no gradient reaches q or k",
-        "Remove .detach(): keep every step of the computation in the autograd graph.",
+        "the scores leave autograd (a .detach(), or a round trip through NumPy or .tolist()): the values are "
+        "right but no gradient reaches q or k",
+        "Compute the scores and weights with torch operations alone, without .detach() or NumPy, so every step "
+        "stays in the autograd graph.",
         "gradient",
     ),
     Mutant(
@@ -489,6 +505,23 @@ MUTANTS += (
         "1 / sqrt(d_k), each head's own size",
         "Let each head's attention take its default scale from the head's size: 1 / sqrt(d_k), where d_k = "
         "w_q.shape[-1] // n_heads (q.shape[-1] once the heads are split).",
+        "values",
+    ),
+    Mutant(
+        "bool_mask_added",
+        {"attention": attention_bool_mask_added},
+        "a bool mask is added to the scores as a number (True as 1), so nothing is blocked, where a bool mask "
+        "blocks the scores where it is False",
+        "Fill the blocked scores with -inf: scores.masked_fill(~mask, float('-inf')) for a bool mask; only a "
+        "floating mask is added.",
+        "values",
+    ),
+    Mutant(
+        "merge_heads_view_of_transposed",
+        {"merge_heads": merge_heads_view_of_transposed},
+        "merge_heads calls .view on the transposed tensor, which is not contiguous in memory: view cannot merge "
+        "its axes",
+        "Use .reshape(...) there (or .contiguous().view(...)).",
         "values",
     ),
     Mutant(
