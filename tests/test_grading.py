@@ -258,7 +258,9 @@ def test_a_package_missing_where_submissions_are_graded_costs_only_what_uses_it(
     )
     assert plots["score"] == plots["max_score"] > 0, plots["output"][:800]
     for name in ("plotting_not_installed", "display_not_installed"):
-        assert f"`{name}` cannot be imported here (it is not installed where submissions are graded" in plots["output"]
+        assert f"`{name}` cannot be imported here: it is not installed where submissions are graded" in plots["output"]
+        told = f"The file was imported again with a stand-in for `{name}` that does nothing: what uses it computes"
+        assert told in plots["output"]  # whole: each line shown is cut at 200 characters
     # Where the stand-in does not get the file through, the import error says what was missing first
     said = "No module named `plotting_not_installed`, `display_not_installed` here; imported again with a stand-in for each"
     assert three["score"] == 0 and said in three["output"], three["output"][:600]

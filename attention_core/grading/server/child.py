@@ -238,10 +238,10 @@ class Child:
                 # A package only plotted or shown with (a notebook's cell that fails costs nothing else): the
                 # import runs again from the start, a stand-in in the package's place.
                 flush_streams()
-                print(
-                    f"`{missing}` cannot be imported here (it is not installed where submissions are graded, nor a "
-                    f"file beside yours): the file was imported again with a stand-in for it that does nothing "
-                    f"(what uses it computes nothing)",
+                print(  # (two lines: each line of what a file prints is shown up to 200 characters)
+                    f"`{missing}` cannot be imported here: it is not installed where submissions are graded, nor a "
+                    f"file beside yours.\nThe file was imported again with a stand-in for `{missing}` that does "
+                    f"nothing: what uses it computes nothing.",
                     file=sys.stderr,
                 )
                 flush_streams()
