@@ -99,9 +99,11 @@ def load_state(instance, state, name, buffers=()):
     if missing or extra or shapes:
         parts = []
         if missing:
-            parts.append(f"your {name} has no {_listed(missing)}")
+            parts.append(f"your {name} has no {_listed(missing, most=2)}")
         if extra:
-            parts.append(f"it has {_listed(extra, own)} that the reference does not")
+            parts.append(
+                f"it has {_listed(extra, own, most=2)} {'instead' if missing else 'that the reference does not'}"
+            )
         if shapes:
             parts.append(
                 "; ".join(
@@ -110,12 +112,13 @@ def load_state(instance, state, name, buffers=()):
                 )
             )
         reference = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in list(state.items())[:8])
-        raise StateMismatch(
-            "; ".join(parts)
-            + f"; the reference has {reference or 'no parameters'}"
-            + (", ..." if len(state) > 8 else "")
-            + " (parameters are matched by their names)"
-        )
+        has = f"; the reference has {reference or 'no parameters'}" + (", ..." if len(state) > 8 else "")
+        said = "; ".join(parts)
+        # A student reads the first 200 characters: the reference's own list goes where it would not fit (what
+        # is missing names the reference's parameters already).
+        if missing and len(said + has) > 150:
+            has = ""
+        raise StateMismatch(said + has + " (parameters are matched by name)")
     with torch.no_grad():
         for key, value in state.items():
             own[key].copy_(value)

@@ -224,9 +224,30 @@ def test_parameters_are_matched_by_name_and_a_missing_one_is_named_with_the_refe
     )
     assert result.status.value == "implementation error"
     assert (
-        "your CausalAttention has no `W_query.weight`; it has `Wq.weight` (2, 3) that the reference does not; "
-        "the reference has `W_query.weight` (2, 3), `W_key.weight` (2, 3), `W_value.weight` (2, 3)"
+        "your CausalAttention has no `W_query.weight`; it has `Wq.weight` (2, 3) instead (parameters are matched by "
+        "name)"
     ) in result.message, result.message
+
+
+def test_a_class_made_of_other_parameters_is_told_so_within_what_a_student_reads():
+    """nn.MultiheadAttention's packed weights where the teacher's four projections belong: what is missing and what
+    is there instead, whole, in the 200 characters a student's feedback shows of a message."""
+    from attention_core import instances  # noqa: PLC0415
+    from attention_core.grading.process import replies  # noqa: PLC0415
+
+    class CrossAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = torch.nn.MultiheadAttention(8, 2)
+
+    state = {
+        f"{p}.{w}": torch.zeros(8, 8) if w == "weight" else torch.zeros(8) for p in "qkvo" for w in ("weight", "bias")
+    }
+    with pytest.raises(instances.StateMismatch) as raised:
+        instances.load_state(CrossAttention(), state, "CrossAttention")
+    shown = replies.text(f"StateMismatch: {raised.value}")
+    assert "has no `q.weight`, `q.bias` and 6 more" in shown and "`mha.in_proj_weight` (24, 8)" in shown
+    assert not shown.endswith("…"), shown
 
 
 # ---------------------------------------------------------------- the commands a teacher runs

@@ -115,7 +115,11 @@ _NOT_SHOWN = re.compile(r"\[\.\.\. \d+ more bytes of output not shown\]")
 def text(value):
     if not isinstance(value, str):
         raise TypeError("a message is not a str")
-    return value if len(value) <= ECHOED else value[: ECHOED - 1] + "…"
+    if len(value) <= ECHOED:
+        return value
+    cut = value[: ECHOED - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > ECHOED // 2 else cut) + "…"  # at a word's end, not inside a name
 
 
 def lines(value):
