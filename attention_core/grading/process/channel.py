@@ -30,16 +30,15 @@ class Channel:
         self.sock, self.out, self.pid, self.meter = sock, out, pid, meter
         self.output_limit, self.reply_limit = output_limit, reply_limit
         self.where = ""
-        self._pidfd = _pidfd(meter.pid)  # the child itself, whatever process its number goes to later
 
     def _asked_where(self):
         """Ask the child where it is (SIGUSR1: its traceback, written to its output by faulthandler) and read the
         answer for at most WHERE_WAIT seconds: 'line N of FILE, in NAME' of its innermost frame outside Python's
         and the installed packages' files, or ''."""
-        if self._pidfd is None:
+        if not self.meter.pid:
             return ""
         try:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGUSR1)
+            os.kill(self.meter.pid, signal.SIGUSR1)
         except OSError:
             return ""
         told, end = Output(WHERE_BYTES), time.monotonic() + WHERE_WAIT
@@ -137,14 +136,3 @@ class Channel:
     def close(self):
         self.sock.close()
         os.close(self.out)
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
-
-
-def _pidfd(pid):
-    """A descriptor of process ``pid`` (None where there is none, or the system has no pidfd_open)."""
-    try:
-        return os.pidfd_open(pid) if pid else None
-    except (OSError, AttributeError):
-        return None
