@@ -139,13 +139,7 @@ def test_a_hang_times_out_keeps_its_output_and_the_next_call_works(submit):
     s = submit(SOFTMAX + "\ndef layer_norm(x, eps=1e-5):\n    print('start')\n    while True:\n        pass\n")
     first = s.pid
     outcome = s.call("layer_norm", (torch.ones(2),), timeout=0.5)
-    loop = SOFTMAX.count("\n") + 4  # `while True:`, then `pass`: where it was, as the student's file numbers it
-    assert outcome.status == "timeout", outcome.message
-    assert re.fullmatch(
-        rf"the call did not return within 0\.5 s of CPU time; it was at line ({loop}|{loop + 1}) of sub\.py, in "
-        r"layer_norm",
-        outcome.message,
-    ), outcome.message
+    assert (outcome.status, outcome.message) == ("timeout", "the call did not return within 0.5 s of CPU time")
     assert outcome.output == "start\n"
     assert 0.5 <= outcome.seconds < 5
     assert s.call("softmax", (torch.zeros(2),)).value.tolist() == [0.5, 0.5]
@@ -168,11 +162,9 @@ def layer_norm(x, eps=1e-5):
         waited = s.call("layer_norm", (torch.tensor([0.4]),), timeout=0.3)
         assert waited.status == "ok" and waited.seconds >= 0.4, waited.message
     asleep = s.call("layer_norm", (torch.tensor([30.0]),), timeout=0.3)
-    sleeps = SOFTMAX.count("\n") + 5  # time.sleep(...): a call that waits says where it waits too
     assert (asleep.status, asleep.message) == (
         "timeout",
-        "the call did not return within 0.6 s (2 times its limit of 0.3 s of CPU time: it waited rather than "
-        f"computed); it was at line {sleeps} of sub.py, in layer_norm",
+        "the call did not return within 0.6 s (2 times its limit of 0.3 s of CPU time: it waited rather than computed)",
     )
     assert 0.6 <= asleep.seconds < 5
 
@@ -211,9 +203,10 @@ def test_an_import_that_hangs_is_an_import_error(submit, worker):
         s = submit("print('importing')\nwhile True:\n    pass\n")
     finally:
         worker.import_timeout = timeout
-    assert (s.status, s.output) == ("import error", "importing\n")
-    assert re.fullmatch(
-        r"the import did not finish within 0\.5 s of CPU time; it was at line [23] of sub\.py", s.message
+    assert (s.status, s.message, s.output) == (
+        "import error",
+        "the import did not finish within 0.5 s of CPU time",
+        "importing\n",
     )
     assert s.pid is None
 
@@ -565,8 +558,8 @@ def test_the_time_budget_ends_calls_once_spent(submit):
     # all of it, and the call is refused before it starts.
     assert second.status == "timeout" and second.seconds < 0.6, second.message
     assert re.fullmatch(
-        r"the call did not return within 0\.\d+ s of CPU time(; it was at line \d+ of sub\.py, in causal_average)?"
-        r"|the submission's time budget of 1 s is spent( \(in wall-clock time: it waited rather than computed\))?",
+        r"the call did not return within 0\.\d+ s of CPU time|the submission's time budget of 1 s "
+        r"is spent( \(in wall-clock time: it waited rather than computed\))?",
         second.message,
     )
     spent = s.call("softmax", (torch.ones(1),))

@@ -6,9 +6,7 @@ spend a call's CPU time (see :mod:`timing`) within the wall-clock ceiling.
 """
 
 import os
-import re
 import select
-import signal
 import time
 
 from attention_core.grading.process import timing
@@ -16,44 +14,15 @@ from attention_core.grading.process.replies import TIMEOUT, Output, drain
 from attention_core.grading.server import wire
 
 WAITED = "waited"  # a call's wall-clock ceiling reached (TIMEOUT: its CPU time)
-WHERE_WAIT = 0.5  # seconds a child that ran out of time is given to say where it is
-WHERE_BYTES = 8192  # of what it says, the bytes read
-_FRAME = re.compile(r'File "([^"\n]+)", line (\d+) in (\S+)')  # faulthandler's frame lines
 FIRST_READ = 1 << 16  # bytes a reply is first read into, before its header gives its size
 
 
 class Channel:
-    """The socket ``sock`` and output pipe ``out`` of one child (``pid``: its guard), whose CPU time ``meter`` reads;
-    ``where``: where the child was when its last exchange ran out of time (its own innermost frame), or ''."""
+    """The socket ``sock`` and output pipe ``out`` of one child (``pid``: its guard), whose CPU time ``meter`` reads."""
 
     def __init__(self, sock, out, pid, meter, *, output_limit, reply_limit):
         self.sock, self.out, self.pid, self.meter = sock, out, pid, meter
         self.output_limit, self.reply_limit = output_limit, reply_limit
-        self.where = ""
-
-    def _asked_where(self):
-        """Ask the child where it is (SIGUSR1: its traceback, written to its output by faulthandler) and read the
-        answer for at most WHERE_WAIT seconds: 'line N of FILE, in NAME' of its innermost frame outside Python's
-        and the installed packages' files, or ''."""
-        if not self.meter.pid:
-            return ""
-        try:
-            os.kill(self.meter.pid, signal.SIGUSR1)
-        except OSError:
-            return ""
-        told, end = Output(WHERE_BYTES), time.monotonic() + WHERE_WAIT
-        poller = select.poll()
-        poller.register(self.out, select.POLLIN)
-        while (left := end - time.monotonic()) > 0:
-            if not poller.poll(left * 1000) or not drain(self.out, told):
-                break
-            if _FRAME.search(told.text()) and not poller.poll(20):
-                break  # the whole traceback is written at once
-        for path, line, name in _FRAME.findall(told.text()):
-            if not path.startswith("<") and "/lib/python" not in path and "-packages/" not in path:
-                at = f"line {line} of {os.path.basename(path)}"
-                return at if name == "<module>" else f"{at}, in {name}"
-        return ""
 
     def exchange(self, data, timeout, wall, most=None):
         """Send ``data`` and wait for one reply, draining output: (the reply's bytes, Output, problem or None).
@@ -70,12 +39,10 @@ class Channel:
         poller.register(self.out, select.POLLIN)
         poller.register(self.sock, select.POLLIN | (select.POLLOUT if pending else 0))
         out_open, problem = True, None
-        self.where = ""
         while True:
             now = time.monotonic()
             if now >= deadline:
                 problem = WAITED
-                self.where = self._asked_where()
                 break
             if now >= check:
                 spent = self.meter.since()
@@ -83,7 +50,6 @@ class Channel:
                     spent = now - started
                 if spent >= timeout:
                     problem = TIMEOUT
-                    self.where = self._asked_where()
                     break
                 check = now + timing.CHECK_EVERY
             events = dict(poller.poll(max(0.0, min(deadline, check) - now) * 1000))

@@ -307,7 +307,7 @@ class Submission:
 
     def _outcome(self, raw, problem, limit, wall):
         if problem == TIMEOUT:
-            return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s of CPU time{self._at()}")
+            return CallOutcome(TIMEOUT, message=f"the call did not return within {limit:.3g} s of CPU time")
         if problem == WAITED and wall < timing.CEILING * limit:
             return CallOutcome(
                 TIMEOUT,
@@ -319,16 +319,11 @@ class Submission:
                 TIMEOUT,
                 message=f"the call did not return within {timing.CEILING * limit:.3g} s "
                 f"({timing.CEILING:g} times its limit of {limit:.3g} s of CPU time: "
-                f"it waited rather than computed){self._at()}",
+                f"it waited rather than computed)",
             )
         if problem is not None:
             return CallOutcome(CRASHED, message=problem)
         return self._worker.outcome_of(raw)
-
-    def _at(self):
-        """Where the child was when it ran out of time, as a student reads it ('' where it did not say)."""
-        where = self._channel.where if self._channel is not None else ""
-        return f"; it was at {where}" if where else ""
 
     def _replace(self, outcome):
         """After a timeout or crash: collect the old child (its exit status joins the message), fork anew."""
@@ -387,7 +382,7 @@ class Submission:
         raw, output, problem = self._channel.exchange(wire.GO, timeout, wall)
         reply = None
         if problem == TIMEOUT:
-            problem = f"the import did not finish within {timeout:.3g} s of CPU time{self._at()}"
+            problem = f"the import did not finish within {timeout:.3g} s of CPU time"
         elif problem == WAITED and wall < timing.CEILING * timeout:
             problem = f"the submission's time budget of {self.budget:g} s is spent (in wall-clock time, importing)"
         elif problem == WAITED:
