@@ -245,8 +245,6 @@ NAMED = {
         "mha_scale_model_dim": "the input's width",
         "mha_weights_transposed": "transposed",
         "softmax_log_softmax": "log-probabilities",
-        # attention calls it: its own checks give "Likely cause: `softmax`" (on 2-D scores, never the query axis)
-        "softmax_dim0_always": "over dim 0 whatever dim is given",
         "softmax_sum_no_keepdim": "keepdim",
         "split_heads_interleaved": "every n_heads-th channel",
     },

@@ -368,30 +368,17 @@ def _name_failing_parts(grades, calls=CALLS):
     for grade in grades:
         if failing(grade):
             wrong.setdefault(grade.item.check.function, set()).add(_how(grade.result, grade.item.check.function))
-
-    def parts_of(grade):
-        function = grade.item.check.function
-        how = _how(grade.result, function)
-        return [
-            f"`{name}`"
-            for name in calls.get(function, ())
-            if any(how in _EXPLAINS.get(way, ()) for way in wrong.get(name, ()))
-        ]
-
-    by_function: dict = {}
     for grade in grades:
-        if failing(grade):
-            by_function.setdefault(grade.item.check.function, []).append(grade)
-    for function, failed in by_function.items():
-        # A mistake of its own named on some checks only, where a failing part explains every one (a softmax over
-        # dim 0 is attention's query axis on 2-D scores alone): the part is the likely cause on each.
-        unexplained = [g for g in failed if not g.diagnosis]
-        partly = unexplained and len(unexplained) < len(failed) and all(parts_of(g) for g in failed)
-        for grade in failed if partly else unexplained:
-            parts = parts_of(grade)
+        if failing(grade) and not grade.diagnosis:
+            function = grade.item.check.function
+            how = _how(grade.result, function)
+            parts = [
+                f"`{name}`"
+                for name in calls.get(function, ())
+                if any(how in _EXPLAINS.get(way, ()) for way in wrong.get(name, ()))
+            ]
             if parts:
                 fails, them = ("fails its", "it") if len(parts) == 1 else ("fail their", "them")
-                grade.mistakes = ()
                 grade.diagnosis = (
                     f"Likely cause: {' and '.join(parts)}, which the reference `{function}` calls, "
                     f"{fails} own checks. Fix: if yours calls {them}, make {them} pass first; "
