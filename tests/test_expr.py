@@ -467,6 +467,9 @@ def test_repeat_interleave_is_bounded_and_an_in_place_method_is_told_its_plain_f
     a = torch.arange(6.0).reshape(2, 3)
     with pytest.raises(ExprError, match="would create 600000000 elements"):
         ev("a.repeat_interleave(100000000, dim=0)", {"a": a})
+    for hostile in ("[9223372036854775807, 9223372036854775807, 4]", "[-1, 2, 3]"):  # int64 wraps; torch would crash
+        with pytest.raises(ExprError, match="refused"):
+            ev(f"a[0].repeat_interleave(tensor({hostile}))", {"a": a})
     with pytest.raises(ExprError, match=r"method 'masked_fill_' is not allowed: nothing is changed in place, use"):
         parse("a.masked_fill_(a > 1, 0)")
 

@@ -434,11 +434,21 @@ def broadcast_bound(shapes) -> int:
 
 
 def _repeats(given) -> int:
-    """The most copies ``repeat_interleave`` makes of an element: a number, or a tensor of them (their sum)."""
+    """The most copies ``repeat_interleave`` makes of an element: a number, or a tensor of them (their sum, counted
+    in float64, which cannot wrap round as int64 does). A negative count, or a total past 2**40, is past any limit:
+    torch itself would overflow on it, so it must never be asked."""
     (repeats,) = given
     if isinstance(repeats, Tensor):
-        return max(1, int(repeats.sum())) if repeats.numel() and not repeats.is_floating_point() else 1
-    return _magnitude(repeats)
+        if not repeats.numel() or repeats.is_floating_point():
+            return 1
+        counts = repeats.to(torch.float64)
+        total = float(counts.sum())
+        return _PAST_ANY_LIMIT if bool((counts < 0).any()) or total > 2**40 else max(1, int(total))
+    count = _magnitude(repeats)
+    return count if count <= 2**40 else _PAST_ANY_LIMIT
+
+
+_PAST_ANY_LIMIT = 2**62  # a bound no budget allows
 
 
 def _receiver_size(args) -> int:
