@@ -161,6 +161,31 @@ def test_a_table_made_from_no_data_is_held_to_the_gradients_that_keep_its_equal_
     assert "d/d`cos`" in str(detached[backward].result.failures), detached[backward].result
 
 
+def test_entries_merely_equal_are_no_table_and_their_gradients_are_checked_element_by_element(tmp_path):
+    """An identity pasted as a weight (its 0s and 1s equal, never copies of a block): a weight used transposed,
+    right values on it, still loses the backward point; and a LayerNorm's printed ones and zeros hold a scalar gain
+    to its own gradients."""
+    reference = "import torch\n\n\ndef project(x, w, g, b):\n    return x @ w * g + b\n"
+    (tmp_path / "a" / "cases").mkdir(parents=True)
+    (tmp_path / "a" / "reference.py").write_text(reference, encoding="utf-8")
+    (tmp_path / "a" / "cases" / "p.yaml").write_text(
+        "document: {title: t}\ncases:\n  - id: p\n    seed: 3\n    inputs:\n      x: {randn: [4, 3]}\n"
+        "      w: [[1., 0., 0.], [0., 1., 0.], [0., 0., 1.]]\n      g: [1., 1., 1.]\n      b: [0., 0., 0.]\n"
+        "    checks:\n      - id: out\n        call: project(x, w, g, b)\n        expect:\n"
+        '          out: {oracle: "x @ w * g + b"}\n',
+        encoding="utf-8",
+    )
+    wrong = {"transposed": "x @ w.T * g + b", "scalar_gain": "x @ w * g[0] + b[0]"}
+    for name, body in wrong.items():
+        (tmp_path / f"{name}.py").write_text(reference.replace("x @ w * g + b", body), encoding="utf-8")
+    with Grader(assignment=tmp_path / "a") as grader:
+        graded = dict(zip(wrong, grader.grade_each([tmp_path / f"{name}.py" for name in wrong])))
+    for name, one in graded.items():
+        grades = {g.check_id: g for g in one.grades}
+        assert grades["p/p/out"].score == grades["p/p/out"].max_score > 0, name
+        assert grades["p/p/out/backward"].score == 0, (name, grades["p/p/out/backward"].result)
+
+
 def test_a_table_pasted_as_printed_is_read_where_its_repeats_can_be_told_apart(rope):
     """The same tables written out, as a teacher pastes a print: data to the case, each angle still twice. A style
     that reads each once keeps every point there too; the tables cut off autograd still lose theirs."""

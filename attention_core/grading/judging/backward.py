@@ -196,10 +196,11 @@ class BackwardChecks:
         return {label: torch.unique(t.detach().reshape(-1), return_inverse=True)[1] for label, t in tables.items()}
 
     def _split_among_equals(self, item, label, got, want):
-        """Whether ``got`` differs from ``want`` only in how it shares each set of the argument's equal entries: an
-        argument written with repeats (a rotary table pasted as printed, its halves equal) is read where the case
-        cannot tell its copies apart, so a style that reads a repeated entry once is right there. Not where those
-        sets' means are 0 (they would check nothing), nor for an argument with no two entries equal."""
+        """Whether ``got`` differs from ``want`` only in how it shares each set of copies in an argument written as
+        repeats of itself along one axis (a rotary table pasted as printed: its halves equal, or each entry twice in
+        a row): the case cannot tell those copies apart, so a style that reads one of them is right there. Copies
+        only: an argument whose entries are merely equal somewhere (an identity, a LayerNorm's printed ones) is
+        checked element by element; nor where the sets' means are 0 (they would check nothing)."""
         _, args, kwargs, _ = self._sliced[item]
         given = {**dict(enumerate(args)), **kwargs}.get(label)
         if (
@@ -208,9 +209,9 @@ class BackwardChecks:
             or not given.shape == got.shape == want.shape
         ):
             return False
-        sets = torch.unique(given.detach().reshape(-1), return_inverse=True)[1]
-        if sets.numel() == 0 or int(sets.max()) + 1 == sets.numel():
-            return False  # no two entries equal
+        sets = _copies(given.detach())
+        if sets is None:
+            return False
         mean_want = _averaged(want, sets)
         if not bool(mean_want.abs().max() > 0):
             return False
@@ -299,6 +300,27 @@ def _route_grads(route, name, args, kwargs, dtype):
         label: (g.to(torch.float64) if g is not None else torch.zeros_like(t, dtype=torch.float64))
         for (label, t), g in zip(labelled.items(), grads)
     }
+
+
+def _copies(value):
+    """Each element's set of copies (an index per element) where ``value`` is its first block along one axis
+    repeated (``cat((a, a), d)``) or each of its entries repeated in a row (``repeat_interleave``), and not all one
+    number; else None."""
+    if value.numel() < 2 or bool((value == value.reshape(-1)[0]).all()):
+        return None
+    index = torch.arange(value.numel()).reshape(value.shape)
+    for dim, size in enumerate(value.shape):
+        for block in (k for k in range(1, size) if size % k == 0):
+            times = [size // block if d == dim else 1 for d in range(value.dim())]
+            if torch.equal(value, value.narrow(dim, 0, block).repeat(*times)):
+                first = index.narrow(dim, 0, block).repeat(*times)
+            else:
+                rows = torch.arange(0, size, size // block)
+                if not torch.equal(value, value.index_select(dim, rows).repeat_interleave(size // block, dim)):
+                    continue
+                first = index.index_select(dim, rows).repeat_interleave(size // block, dim)
+            return torch.unique(first.reshape(-1), return_inverse=True)[1]
+    return None
 
 
 def _averaged(gradient, sets):
