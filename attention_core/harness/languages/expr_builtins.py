@@ -44,13 +44,13 @@ CONSTANTS: Mapping[str, object] = types.MappingProxyType(
         "uint8": torch.uint8,
         "int8": torch.int8,
         "int16": torch.int16,
-        "half": torch.float16,
-        "double": torch.float64,
-        "long": torch.int64,
     }
 )
-# torch's other names of a dtype, read where pasted code writes ``torch.float`` (``float`` alone is a function).
-DTYPE_ALIASES: Mapping[str, str] = types.MappingProxyType({"float": "float32", "int": "int32", "short": "int16"})
+# torch's other names of a dtype, read only where pasted code writes them after ``torch.`` (``torch.half``): alone
+# they stay free for a case's own inputs (``half: 4``), and ``float`` is a function.
+DTYPE_ALIASES: Mapping[str, str] = types.MappingProxyType(
+    {"float": "float32", "int": "int32", "short": "int16", "half": "float16", "double": "float64", "long": "int64"}
+)
 # What pasted code writes before a function or constant of the language: ``torch.softmax``, ``F.softmax``,
 # ``math.sqrt``, ``torch.inf``; read as the plain name.
 MODULE_PREFIXES = frozenset({"torch", "F", "math", "torch.nn.functional", "nn.functional", "functional"})
