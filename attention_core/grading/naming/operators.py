@@ -449,11 +449,12 @@ def _other_activations(node, name, covered):
     own = ACTIVATION_LAYERS.get(name, name)
     if own not in ACTIVATIONS or not isinstance(node.func, (ast.Attribute, ast.Name)):
         return []
+    given = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "input"), None)
     if name in ACTIVATION_LAYERS:
         operand = None
-    elif node.args:
-        operand = node.args[0]
-    elif isinstance(node.func, ast.Attribute):
+    elif given is not None:
+        operand = given  # F.silu(x), F.silu(input=x)
+    elif isinstance(node.func, ast.Attribute) and not node.keywords:
         operand = node.func.value  # x.sigmoid()
     else:
         return []
@@ -470,7 +471,7 @@ def _other_activations(node, name, covered):
                 changed.func.attr = layer
             else:
                 changed.func.id = layer
-        elif node.args and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) in _FUNCTIONAL:
+        elif given is not None and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) in _FUNCTIONAL:
             changed = ast.Call(ast.Attribute(tree_copy(node.func.value), other, ast.Load()), [tree_copy(operand)], [])
         else:
             functional = ast.Attribute(
@@ -1051,8 +1052,10 @@ def _size_text(size, function, otherwise="another size"):
                 continue
             if isinstance(target, ast.Tuple) and not isinstance(value, ast.Subscript):
                 spots = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == size.id]
-                if spots:
-                    return f"`{of.id}.shape[{spots[0] - len(target.elts)}]`"
+                starred = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Starred)]
+                if spots:  # counted from the end, or from the front before a starred name (B, *_, D = x.shape)
+                    at = spots[0] if starred and spots[0] < starred[0] else spots[0] - len(target.elts)
+                    return f"`{of.id}.shape[{at}]`"
             elif isinstance(target, ast.Name) and target.id == size.id:
                 return f"`{ast.unparse(value)}`"
     return otherwise

@@ -170,13 +170,14 @@ def _seed_hint(case, scope, failures):
     wrong seed (or draw order) from a wrong computation."""
     first = next((name for name, i in case.inputs.items() if isinstance(i, DrawInput)), None)
     value = scope.get(first) if first is not None else None
-    if case.seed is None or not isinstance(value, torch.Tensor) or not value.numel():
+    seed = case.inputs[first].seed if first is not None and case.inputs[first].seed is not None else case.seed
+    if seed is None or not isinstance(value, torch.Tensor) or not value.numel():
         return ""
     if not all(_broad(f.mismatch) for f in failures):
         return ""  # a wrong shape, or a few elements off (a digit mistyped): not what another seed does
     shown = ", ".join(f"{v:.4f}" for v in value.reshape(-1)[:3].tolist())
     return (
-        f"the case draws from seed {case.seed}: its first draw, {first}, begins [{shown}, ...]; if the "
+        f"the case draws from seed {seed}: its first draw, {first}, begins [{shown}, ...]; if the "
         f"document printed other numbers there, its seed or its order of draws differs from the case's"
     )
 
