@@ -308,3 +308,16 @@ def test_the_book_s_mask_after_softmax_breaks_causality_and_its_right_classes_ho
             assert "must not see later tokens" in causal["output"] and "The call: CausalAttention(" in causal["output"]
         else:
             assert broken == set(), name
+
+
+def test_a_row_whose_every_score_is_blocked_is_told_as_a_cause_of_nan(tmp_path):
+    """The mask inverted: the last row blocks every key, and the softmax gives NaN. Large inputs' property says
+    that may be the cause, beside an overflowing exp."""
+    source = (HEAD / "submissions" / "correct.py").read_text(encoding="utf-8")
+    (tmp_path / "inverted.py").write_text(
+        source.replace("masked_fill(future,", "masked_fill(~future,"), encoding="utf-8"
+    )
+    with Grader(assignment=HEAD) as grader:
+        graded = grader.grade(tmp_path / "inverted.py")
+    (large,) = [g for g in graded.grades if g.check_id == "properties/Head/large_inputs"]
+    assert not large.result.passed and "a row has every score blocked" in large.result.report, large.result.report

@@ -208,7 +208,8 @@ def finite(base, generator):
             if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                 return (
                     f"with every input multiplied by {LARGE:g}, `{name}` holds inf or NaN (large scores "
-                    f"overflow exp: subtract each row's maximum first)"
+                    f"overflow exp: subtract each row's maximum first; or a row has every score blocked, which a "
+                    f"softmax turns into NaN: is the mask the right way round?)"
                 )
         return None
 
