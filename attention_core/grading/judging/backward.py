@@ -173,7 +173,7 @@ class BackwardChecks:
             else:
                 rtol, atol = tolerance.gradient_tolerance(item.case.dtype, self._noise(item, label))
                 mismatch = compare.compare_full(got, want, rtol=rtol, atol=atol)
-                if mismatch is not None and label not in tied and self._split_among_equals(item, label, got, want):
+                if mismatch is not None and label not in tied and self._split_among_copies(item, label, got, want):
                     mismatch = None
             if mismatch is not None:
                 failures.append(Failure(target, item.check.line, mismatch, tuple(got.shape)))
@@ -183,9 +183,8 @@ class BackwardChecks:
         """label -> the index of each element's set of equal entries, for each table the call is given (see
         ``calls.table_arguments``) where some other argument, or a parameter, is made from data: its gradients
         are held to the directions that keep its equal entries equal. A call on tables alone is checked whole."""
-        _, args, kwargs, _ = self._sliced[item]
         labels = calls.table_arguments(item.check, item.case)
-        given = {**dict(enumerate(args)), **kwargs}
+        given = self._given(item)
         tables = {
             label: given[label]
             for label in golden
@@ -195,14 +194,18 @@ class BackwardChecks:
             return {}
         return {label: torch.unique(t.detach().reshape(-1), return_inverse=True)[1] for label, t in tables.items()}
 
-    def _split_among_equals(self, item, label, got, want):
+    def _given(self, item):
+        """label -> the argument the backward call is given (a position, or a keyword)."""
+        _, args, kwargs, _ = self._sliced[item]
+        return {**dict(enumerate(args)), **kwargs}
+
+    def _split_among_copies(self, item, label, got, want):
         """Whether ``got`` differs from ``want`` only in how it shares each set of copies in an argument written as
         repeats of itself along one axis (a rotary table pasted as printed: its halves equal, or each entry twice in
         a row): the case cannot tell those copies apart, so a style that reads one of them is right there. Copies
         only: an argument whose entries are merely equal somewhere (an identity, a LayerNorm's printed ones) is
         checked element by element; nor where the sets' means are 0 (they would check nothing)."""
-        _, args, kwargs, _ = self._sliced[item]
-        given = {**dict(enumerate(args)), **kwargs}.get(label)
+        given = self._given(item).get(label)
         if (
             not isinstance(given, torch.Tensor)
             or not given.is_floating_point()

@@ -311,11 +311,15 @@ class _Unprefixed(ast.NodeTransformer):
         self.known = known
 
     def visit_Attribute(self, node):
-        if isinstance(node.ctx, ast.Load) and _dotted(node.value) in MODULE_PREFIXES:
-            name = DTYPE_ALIASES.get(node.attr, node.attr) if _dotted(node.value) == "torch" else node.attr
+        module = _dotted(node.value) if isinstance(node.ctx, ast.Load) else ""
+        if module in MODULE_PREFIXES:
+            name = DTYPE_ALIASES.get(node.attr, node.attr) if module == "torch" else node.attr
             if name in self.known:
                 return ast.copy_location(ast.Name(name, ast.Load()), node)
         return self.generic_visit(node)
+
+
+_UNPREFIXED = _Unprefixed(frozenset(BUILTINS) | frozenset(CONSTANTS))  # (it keeps no state between trees)
 
 
 def _dotted(node):
@@ -350,7 +354,7 @@ def parse(source: str, *, extra_functions: Collection[str] = (), any_function: b
         raise ExprError(f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}", None, source)
     tree = _parse_tree(source)
     try:
-        tree = _Unprefixed(frozenset(BUILTINS) | frozenset(CONSTANTS)).visit(tree)
+        tree = _UNPREFIXED.visit(tree)
     except RecursionError:
         raise ExprError(f"expression is nested too deeply; the limit is {MAX_DEPTH}", None, source) from None
     validator = _Validator(source, frozenset(BUILTINS) | frozenset(extra_functions), any_function)

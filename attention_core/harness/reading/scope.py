@@ -51,21 +51,13 @@ def settle(case, context):
         if check.id in seen:
             raise Misplaced(("checks", i, "id"), f"check id {quote(check.id)} is used twice in case {quote(case.id)}")
         seen.add(check.id)
-        checks.append(_check(check, ("checks", i), known, source, points, visibility, assignment, _stream_seed(case)))
+        checks.append(_check(check, ("checks", i), known, source, points, visibility, assignment, _seeded(case)))
     return case.updated({"source": source, "dtype": dtype, "checks": tuple(checks)})
 
 
-def _stream_seed(case, upto=None):
-    """The seed the case's stream starts from by input ``upto`` (all of them: None): the case's, or the first
-    draw's own; None where nothing seeds it."""
-    if case.seed is not None:
-        return case.seed
-    for name, item in case.inputs.items():
-        if isinstance(item, DrawInput) and item.seed is not None:
-            return item.seed
-        if name == upto:
-            return None
-    return None
+def _seeded(case):
+    """Whether the case draws from a seeded stream: its own seed, or a draw's."""
+    return case.seed is not None or any(isinstance(i, DrawInput) and i.seed is not None for i in case.inputs.values())
 
 
 def _default_assignment():
@@ -118,7 +110,7 @@ def _graded(check, at, assignment):
 
 
 def _inputs(case):
-    known, total = set(), 0
+    known, total, seeded = set(), 0, case.seed is not None
     for name, item in case.inputs.items():
         at = ("inputs", name)
         if name in MODULE_NAMES:
@@ -129,7 +121,8 @@ def _inputs(case):
             )
         if isinstance(item, ExprInput):
             _defined(item.expr, known, (*at, "expr"), "input expression")
-        if isinstance(item, DrawInput) and _stream_seed(case, upto=name) is None:
+        seeded = seeded or (isinstance(item, DrawInput) and item.seed is not None)  # (seeded again before it)
+        if isinstance(item, DrawInput) and not seeded:
             raise Misplaced(
                 at,
                 f"input {quote(name)} is a seeded draw ({item.draw}) but the case has no 'seed' (give the case "
@@ -162,10 +155,10 @@ def elements(item):
     return 0
 
 
-def _check(check, at, inputs, case_source, case_points, case_visibility, assignment, seed):
+def _check(check, at, inputs, case_source, case_points, case_visibility, assignment, seeded):
     graded = isinstance(check, CallCheck)
     entry = _graded(check, at, assignment) if graded else None
-    if entry is not None and entry.is_class and seed is None and check.state is None:
+    if entry is not None and entry.is_class and not seeded and check.state is None:
         raise Misplaced(
             (*at, "call"),
             f"`{shorten(check.call.source, 60)}` makes a {check.function} from the case's "
