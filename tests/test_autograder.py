@@ -29,19 +29,52 @@ def bundle(tmp_path_factory):
     return folder / "source", modes
 
 
-def run_autograder(bundle, tmp_path, source, **env):
-    root = tmp_path / "autograder"
+def start_autograder(bundle, folder, source, **env):
+    """``run_autograder`` started against a fake ``/autograder`` tree in ``folder`` holding ``source``: the process and
+    the tree's root (see :func:`results_of`)."""
+    root = folder / "autograder"
     (root / "submission").mkdir(parents=True)
     (root / "submission" / FILE_NAME).write_text(source)
     script = bundle[0] / "run_autograder"
     os.chmod(script, 0o755)
-    subprocess.run(
+    process = subprocess.Popen(
         [str(script)],
         env=dict(os.environ, AUTOGRADER_ROOT=str(root), ATTENTION_PYTHON=sys.executable, ATTENTION_LIB="", **env),
-        check=True,
-        timeout=300,
     )
+    return process, root
+
+
+def results_of(started):
+    """The results.json of a ``run_autograder`` started by :func:`start_autograder`, once it has exited 0."""
+    process, root = started
+    assert process.wait(timeout=300) == 0
     return json.loads((root / "results" / "results.json").read_text())
+
+
+SLOW = (
+    "\n\nimport time\n_attention = attention\n\ndef attention(*args, **kwargs):\n    time.sleep(1)\n"
+    "    return _attention(*args, **kwargs)\n"
+)  # within the call's limit, but 40 calls take 40 s
+
+
+@pytest.fixture(scope="module")
+def graded(bundle, tmp_path_factory):
+    """The results of a correct file and of a slow one, their two ``run_autograder`` processes run at once (the
+    slow one mostly sleeps)."""
+    reference_source = Path(reference.__file__).read_text()
+    started = {
+        # 8 s: about twice what a whole grading of a correct file takes here (start-up included)
+        "slow": start_autograder(
+            bundle, tmp_path_factory.mktemp("slow"), reference_source + SLOW, AUTOGRADER_TIME_LIMIT="8"
+        ),
+        "correct": start_autograder(bundle, tmp_path_factory.mktemp("correct"), reference_source),
+    }
+    try:
+        return {name: results_of(run) for name, run in started.items()}
+    finally:
+        for process, _ in started.values():
+            process.kill()
+            process.wait()
 
 
 def valid(results):
@@ -64,19 +97,14 @@ def test_the_bundle_holds_setup_run_autograder_and_the_harness(bundle):
     assert (source / "attention-core" / "attention_core" / "grading" / "server" / "worker.py").exists()
 
 
-def test_run_autograder_grades_the_submission_into_results_json(bundle, tmp_path):
-    results = run_autograder(bundle, tmp_path, Path(reference.__file__).read_text())
+def test_run_autograder_grades_the_submission_into_results_json(graded):
+    results = graded["correct"]
     assert valid(results)
     assert results["score"] == sum(t["max_score"] for t in results["tests"]) > 0
 
 
-def test_run_autograder_writes_a_partial_result_with_the_reason_when_time_runs_out(bundle, tmp_path):
-    slow = (
-        "\n\nimport time\n_attention = attention\n\ndef attention(*args, **kwargs):\n    time.sleep(1)\n"
-        "    return _attention(*args, **kwargs)\n"
-    )  # within the call's limit, but 40 calls take 40 s
-    # 8 s: about twice what a whole grading of a correct file takes here (start-up included)
-    results = run_autograder(bundle, tmp_path, Path(reference.__file__).read_text() + slow, AUTOGRADER_TIME_LIMIT="8")
+def test_run_autograder_writes_a_partial_result_with_the_reason_when_time_runs_out(graded):
+    results = graded["slow"]
     assert valid(results)
     assert results["output"].startswith("grading stopped after 8 s")
     assert 0 < len(results["tests"]) and results["score"] > 0

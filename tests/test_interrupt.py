@@ -17,7 +17,7 @@ from tests.outputs import HEAD_GRADE, command, last_part
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "examples" / "head"
-SLOW = "import time\ntime.sleep(0.7)  # a slow import: the batch takes a while\n"
+SLOW = "import time\ntime.sleep(0.4)  # a slow import: the batch takes a while\n"
 
 
 def _processes_in_session(sid, wait=10.0):

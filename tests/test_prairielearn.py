@@ -3,6 +3,7 @@
 results checked against a JSON schema written from PrairieLearn's documentation ("External grading", and the
 question schema ``infoQuestion.json``)."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -115,6 +116,11 @@ def questions(tmp_path_factory):
     return folder
 
 
+def _builtin_one_second():
+    builtin = assignments.default()
+    return dataclasses.replace(builtin, settings=builtin.settings.model_copy(update={"call_timeout": 1.0}))
+
+
 def grade_folder(tmp, question, submission):
     """A job's /grade as PrairieLearn makes it: the question's tests/, the student's file, no results/ yet."""
     root = tmp / submission.stem
@@ -129,13 +135,14 @@ def graded(questions, tmp_path_factory):
     """name -> results.json of the grading jobs: the correct one through the question's own run.sh (the harness it
     carries) and the stopped one through the entry point, each a process of its own as PrairieLearn runs it; the
     wrong and the hostile one through the job's grading itself (``prairielearn.run``) in this process meanwhile
-    (what they test is what the job writes, not its process)."""
+    (what they test is what the job writes, not its process). The hostile one is graded with a call limit of 1 s,
+    not the default 5 s: what is tested is the row its spinning call gets, not how long it spins."""
     tmp = tmp_path_factory.mktemp("grade")
     jobs = {
         "correct": (questions / "builtin", BUILTIN / "correct_functional.py", None, ()),
         "stopped": (questions / "builtin", BUILTIN / "correct_matmul.py", None, ("--time-limit", 0.5)),
         "wrong": (questions / "llama", LLAMA / "submissions" / "mistake_no_scale.py", "assignment", None),
-        "hostile": (questions / "builtin", BUILTIN / "hostile_spin.py", None, None),
+        "hostile": (questions / "builtin", BUILTIN / "hostile_spin.py", _builtin_one_second(), None),
     }
     roots, running = {}, []
     for name, (question, submission, _, more) in jobs.items():
@@ -155,7 +162,9 @@ def graded(questions, tmp_path_factory):
         for name, (_, _, assignment, more) in jobs.items():
             if more is None:
                 root = roots[name]
-                assert prairielearn.run(root, assignment=root / "tests" / assignment if assignment else None) == 0
+                if isinstance(assignment, str):  # the question's own assignment folder
+                    assignment = root / "tests" / assignment
+                assert prairielearn.run(root, assignment=assignment) == 0
     except BaseException:  # (the jobs' processes are not left running)
         for process in running:
             process.kill()
