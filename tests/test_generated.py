@@ -1,10 +1,12 @@
 """Mistakes made from a teacher's reference: each kind of slip worded for a student, named only where it
 alone gives the student's results, and the teacher told which ones no case catches (adequacy)."""
 
+import math
 import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from attention_core.grading.judging.grader import Grader
 from attention_core.grading.naming import generated
@@ -16,6 +18,7 @@ pytestmark = pytest.mark.slow  # end to end: the quick loop leaves this module o
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = Path(__file__).resolve().parent / "assignments" / "book"
 HEAD = ROOT / "examples" / "head"
+LLAMA = Path(__file__).resolve().parent / "assignments" / "llama"
 
 
 def test_the_book_s_reference_gets_every_kind_of_slip_its_code_can_make():
@@ -349,3 +352,84 @@ def test_a_mistake_s_results_that_no_expectation_reads_are_kept_as_their_shape_a
         if isinstance(value, torch.Tensor) and name not in item.check.read_names()
     ]
     assert unread and all(value.device.type == "meta" for value in unread)
+
+
+def _rope_by_loops(x, base, pair):
+    """RoPE in float64, one channel pair at a time: ``pair(i, D)`` the two channels turned by angle ``i``."""
+    x = x.double()
+    out = x.clone()
+    D, T = x.shape[-1], x.shape[-2]
+    for t in range(T):
+        for i in range(D // 2):
+            angle = t * base ** (-2 * i / D)
+            a, b = pair(i, D)
+            xa, xb = x[..., t, a], x[..., t, b]
+            out[..., t, a] = xa * math.cos(angle) - xb * math.sin(angle)
+            out[..., t, b] = xa * math.sin(angle) + xb * math.cos(angle)
+    return out
+
+
+NEIGHBOURS = lambda i, D: (2 * i, 2 * i + 1)  # noqa: E731 (x[..., 0::2] with x[..., 1::2])
+HALVES = lambda i, D: (i, i + D // 2)  # noqa: E731 (rotate_half's pairs)
+
+
+def test_rope_s_other_pairing_is_made_from_either_reference_and_is_that_convention_exactly(tmp_path):
+    """A reference that pairs neighbouring channels gets the mistake of pairing the halves, and the reverse: each
+    mutant computes the other convention (against RoPE written pair by pair in float64)."""
+    import shutil  # noqa: PLC0415
+
+    interleaved = tmp_path / "head"
+    shutil.copytree(HEAD, interleaved, ignore=shutil.ignore_patterns("submissions"))
+    with (interleaved / "reference.py").open("a", encoding="utf-8") as reference:
+        reference.write(
+            "\n\ndef apply_rope(x, base=10000.0):\n"
+            "    T, D = x.shape[-2], x.shape[-1]\n"
+            "    inv_freq = base ** (-torch.arange(0, D, 2, dtype=x.dtype) / D)\n"
+            "    angles = torch.outer(torch.arange(T, dtype=x.dtype), inv_freq)\n"
+            "    x1, x2 = x[..., 0::2], x[..., 1::2]\n"
+            "    out1 = x1 * angles.cos() - x2 * angles.sin()\n"
+            "    out2 = x1 * angles.sin() + x2 * angles.cos()\n"
+            "    return torch.stack((out1, out2), dim=-1).flatten(-2)\n"
+        )
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for folder, theirs in ((interleaved, HALVES), (LLAMA, NEIGHBOURS)):
+        made = [m for m in generated.generate(assignment.load(folder)) if generated.kind_of(m) == "pairs_convention"]
+        assert [generated.owner_of(m) for m in made] == ["apply_rope"], folder
+        (mutant,) = made
+        assert torch.allclose(mutant.functions["apply_rope"](x), _rope_by_loops(x, 10000.0, theirs)), folder
+        assert torch.allclose(mutant.functions["apply_rope"](x, 100.0), _rope_by_loops(x, 100.0, theirs)), folder
+
+
+@pytest.mark.grading
+def test_rmsnorm_centred_a_scale_by_another_size_itself_and_rope_paired_the_other_way_are_named(tmp_path):
+    """Three mistakes of a modern block, each named as itself: RMSNorm subtracting the mean as LayerNorm does, the
+    scores divided by the model's width where the square root of the head's belongs (two changes in one place), and
+    RoPE written with neighbouring channels paired where rotate_half's halves belong."""
+    source = (LLAMA / "reference.py").read_text(encoding="utf-8")
+    rms = "        ms = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)\n"
+    scale = "scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"
+    rope = "    return x * cos + _rotate_half(x) * sin\n"
+    assert rms in source and scale in source and rope in source
+    neighbours = (
+        "    x1, x2 = x[..., 0::2], x[..., 1::2]\n"
+        "    cos, sin = cos[..., : D // 2], sin[..., : D // 2]\n"
+        "    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)\n"
+    )
+    files = {
+        "centred": source.replace(rms, "        x = x - x.mean(-1, keepdim=True)\n" + rms),
+        "width": source.replace(scale, "scores = q @ k.transpose(-2, -1) / C"),
+        "neighbours": source.replace(rope, neighbours),
+    }
+    words = {
+        "centred": "`x`'s mean is subtracted first, as LayerNorm does",
+        "width": "the scale is `x.shape[-1]` itself where the square root of `self.head_dim` belongs",
+        "neighbours": "the channels are paired as neighbours (x[..., 0::2] with x[..., 1::2]) where the two halves",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    with Grader(assignment=LLAMA) as grader:
+        graded = dict(zip(files, grader.grade_each([tmp_path / f"{name}.py" for name in files])))
+    for name, one in graded.items():
+        likely = {d for g in one.grades for d in g.diagnosis.split("\n") if d.startswith("Likely mistake")}
+        assert one.score < one.max_score and likely, name
+        assert all(words[name] in line for line in likely), (name, likely)

@@ -30,7 +30,7 @@ import weakref
 from dataclasses import dataclass
 
 from attention_core.grading.naming.mutants import Mutant
-from attention_core.grading.naming.operators import operators
+from attention_core.grading.naming.operators import operators, pairs_convention
 from attention_core.grading.naming.slips import Context, Slip, _name, context_of, slips
 from attention_core.harness.reading import assignment as assignments
 
@@ -79,6 +79,8 @@ def places(tree, graded):
             found += [Place(owner, index, slip) for slip in slips(node, context)]
             if id(node) not in making:  # (a class's layers are made with the reference's parameters anyway)
                 found += [Place(owner, index, slip) for slip in operators(node, tuple(graded), context.norms)]
+            if isinstance(node, ast.FunctionDef) and id(node) in owners and node.name != "__init__":
+                found += [Place(owner, index, slip) for slip in pairs_convention(node, tree)]
     return found
 
 

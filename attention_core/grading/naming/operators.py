@@ -171,7 +171,7 @@ def operators(node, owner_names=(), norms=frozenset()):
         found += _siblings(node, owner_names) + _pre_norm(node, norms) + _post_norm(node, norms)
         found += _chained_layers_swapped(node)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
-        found += _parameter_swapped(node) + _parameter_swapped_once(node) + _size_swapped(node)
+        found += _parameter_swapped(node) + _parameter_swapped_once(node) + _size_swapped(node) + _centred(node)
         found += _layer_input_swapped(node) + _layer_reused(node) + _residual_added(node) + _returned_as(node)
     return found
 
@@ -1020,17 +1020,107 @@ def _size_swapped(function):
             else:
                 target.left = tree_copy(other)
             now_text, was_text = _size_text(other, function), _size_text(size, function, "each key's size")
+            fix = (
+                f"Scale by the square root of {was_text}, the size the formula names (each key's)."
+                if was_text.startswith("`")
+                else "Scale by the square root of each key's size (the keys' last dimension)."
+            )
             found.append(
                 Slip(
                     "scale_by_other_size",
                     f"the scale takes the square root of {now_text} where {was_text} belongs: another size",
-                    f"Scale by the square root of {was_text}, the size the formula names (each key's)."
-                    if was_text.startswith("`")
-                    else "Scale by the square root of each key's size (the keys' last dimension).",
+                    fix,
                     changed,
                 )
             )
+            # The other size itself, its square root left out too (scores / C where / sqrt(C // n_heads) belongs):
+            # the root is kept and given the size's square, so that it is the only change of the scale's code.
+            unrooted = tree_copy(function)
+            target = _at(unrooted, index)
+            squared = ast.BinOp(tree_copy(other), ast.Mult(), tree_copy(other))
+            if field == "args":
+                target.args[0] = squared
+            else:
+                target.left = squared
+            found.append(
+                Slip(
+                    "scale_by_other_size_itself",
+                    f"the scale is {now_text} itself where the square root of {was_text} belongs: another size, and "
+                    f"no square root",
+                    fix,
+                    unrooted,
+                )
+            )
     return found
+
+
+def _centred(function):
+    """The mean of a parameter's squares (a root mean square: RMSNorm) taken of the parameter less its mean:
+    ``x = x - x.mean(-1, keepdim=True)`` first, as LayerNorm does, where the input itself belongs."""
+    parameters = set(_parameters(function))
+    found, seen = [], set()
+    for node in ast.walk(function):
+        base, dims = _mean_of_squares(node)
+        if base is None or base not in parameters or base in seen or not dims:
+            continue
+        seen.add(base)
+        changed = tree_copy(function)
+        centring = ast.Assign(
+            [ast.Name(base, ast.Store())],
+            ast.BinOp(
+                ast.Name(base, ast.Load()),
+                ast.Sub(),
+                ast.Call(
+                    ast.Attribute(ast.Name(base, ast.Load()), "mean", ast.Load()),
+                    [],
+                    [ast.keyword("dim", tree_copy(dims[0])), ast.keyword("keepdim", ast.Constant(True))],
+                ),
+            ),
+        )
+        documented = (
+            changed.body
+            and isinstance(changed.body[0], ast.Expr)
+            and isinstance(getattr(changed.body[0], "value", None), ast.Constant)
+        )
+        changed.body.insert(1 if documented else 0, centring)
+        found.append(
+            Slip(
+                "mean_subtracted",
+                f"`{base}`'s mean is subtracted first, as LayerNorm does, where the root mean square of `{base}` "
+                f"itself belongs (no centring)",
+                f"Do not subtract the mean: divide `{base}` as given by the square root of the mean of its squares "
+                f"(plus eps).",
+                changed,
+            )
+        )
+    return found
+
+
+def _mean_of_squares(node):
+    """(the name squared, [its dim]) of ``x.pow(2).mean(dim)``, ``(x ** 2).mean(dim)``, ``(x * x).mean(dim)``,
+    ``x.square().mean(dim)`` or ``torch.mean(x ** 2, dim)``; (None, []) for anything else."""
+    if not (isinstance(node, ast.Call) and _name(node) == "mean"):
+        return None, []
+    if isinstance(node.func, ast.Attribute) and _torch_module(node.func.value):
+        squared, rest = (node.args[0], node.args[1:]) if node.args else (None, [])
+    else:
+        squared, rest = (node.func.value if isinstance(node.func, ast.Attribute) else None), node.args
+    dims = [k.value for k in node.keywords if k.arg == "dim"] or list(rest[:1])
+    if isinstance(squared, ast.BinOp) and isinstance(squared.left, ast.Name):
+        if (isinstance(squared.op, ast.Pow) and _number(squared.right) == 2) or (
+            isinstance(squared.op, ast.Mult)
+            and isinstance(squared.right, ast.Name)
+            and squared.right.id == squared.left.id
+        ):
+            return squared.left.id, dims
+    if isinstance(squared, ast.Call) and isinstance(squared.func, ast.Attribute):
+        base = squared.func.value
+        if isinstance(base, ast.Name) and (
+            (squared.func.attr == "pow" and squared.args and _number(squared.args[0]) == 2)
+            or (squared.func.attr == "square" and not squared.args)
+        ):
+            return base.id, dims
+    return None, []
 
 
 def _size_text(size, function, otherwise="another size"):
@@ -1412,3 +1502,109 @@ def _returned_as(function):
                 )
             )
     return found
+
+
+# ---------------------------------------------------------------- RoPE's two ways of pairing channels
+
+_HALVES = (
+    "the channels are paired as the two halves of the last dimension (x[..., :D/2] with x[..., D/2:], as "
+    "rotate_half does) where neighbouring channels belong (x[..., 0::2] with x[..., 1::2]): the other RoPE "
+    "convention",
+    "Pair each even channel with the next one, x[..., 0::2] with x[..., 1::2], and put the rotated pairs back "
+    "in their places.",
+)
+_NEIGHBOURS = (
+    "the channels are paired as neighbours (x[..., 0::2] with x[..., 1::2]) where the two halves of the last "
+    "dimension belong (x[..., :D/2] with x[..., D/2:], as rotate_half does): the other RoPE convention",
+    "Pair channel i with channel i + D/2, the first half with the second, as rotate_half does.",
+)
+# (the reference's pairing -> (the other pairing's layout from the student's input, the student's layout back))
+_LAYOUTS = {
+    "neighbours": (
+        "torch.stack((X[..., :_h], X[..., _h:]), dim=-1).flatten(-2)",
+        "torch.cat((o[..., 0::2], o[..., 1::2]), dim=-1)",
+    ),
+    "halves": (
+        "torch.cat((X[..., 0::2], X[..., 1::2]), dim=-1)",
+        "torch.stack((o[..., :_h], o[..., _h:]), dim=-1).flatten(-2)",
+    ),
+}
+_WRAPPER = """
+def _f():
+    def _inner():
+        pass
+    _h = X.shape[-1] // 2
+
+    def _back(o):
+        if isinstance(o, torch.Tensor) and o.shape[-1:] == X.shape[-1:]:
+            return BACK
+        return o
+    _out = CALL
+    return tuple(_back(o) for o in _out) if isinstance(_out, tuple) else _back(_out)
+"""
+
+
+def pairs_convention(function, tree):
+    """A function that rotates pairs of channels (RoPE), computed with the other pairing: neighbours where the
+    reference pairs the halves, or the reverse. The mutant is the reference's own function given the student's
+    layout of its first input and giving its results back in it, which is that other convention exactly (the pair
+    ``i`` turned by the same angle). Made where the function, or a module-level helper it calls, slices the last
+    dimension into both pieces of one pairing (and never of the other), and calls torch."""
+    parameters = _parameters(function)
+    helpers = {top.name: top for top in tree.body if isinstance(top, ast.FunctionDef)}
+    called = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in helpers}
+    bodies = [function, *(helpers[n] for n in called - {function.name})]
+    if not parameters or not any(isinstance(n, ast.Name) and n.id == "torch" for b in bodies for n in ast.walk(b)):
+        return []  # (the layouts are made with torch, by that name)
+    pieces = {piece for body in bodies for node in ast.walk(body) if (piece := _piece(node)) is not None}
+    neighbours = {("neighbours", 0), ("neighbours", 1)} <= pieces
+    halves = ("halves", "low", "chunk") in pieces or any(
+        ("halves", "low", p[-1]) in pieces and ("halves", "high", p[-1]) in pieces for p in pieces
+    )
+    if neighbours == halves:
+        return []
+    reference = "neighbours" if neighbours else "halves"
+    first = parameters[0]
+    forward, back = (text.replace("X", first) for text in _LAYOUTS[reference])
+    wrapper = ast.parse(_WRAPPER.replace("BACK", back).replace("X", first)).body[0]
+    inner = tree_copy(function)
+    inner.name, inner.decorator_list = "_inner", []
+    wrapper.body[0] = inner
+    moved = ast.parse(forward, mode="eval").body
+    call = ast.Call(ast.Name("_inner", ast.Load()), [], [])
+    for a in [*function.args.posonlyargs, *function.args.args]:
+        call.args.append(moved if a.arg == first else ast.Name(a.arg, ast.Load()))
+    if function.args.vararg:
+        call.args.append(ast.Starred(ast.Name(function.args.vararg.arg, ast.Load()), ast.Load()))
+    for a in function.args.kwonlyargs:
+        call.keywords.append(ast.keyword(a.arg, moved if a.arg == first else ast.Name(a.arg, ast.Load())))
+    if function.args.kwarg:
+        call.keywords.append(ast.keyword(None, ast.Name(function.args.kwarg.arg, ast.Load())))
+    wrapper.body[-2].value = call
+    changed = tree_copy(function)
+    changed.body = wrapper.body
+    mistake, fix = _HALVES if reference == "neighbours" else _NEIGHBOURS
+    return [Slip("pairs_convention", mistake, fix, changed)]
+
+
+def _piece(node):
+    """The piece of a pairing of the last dimension's channels a node takes: ``x[..., 0::2]`` ("neighbours", 0),
+    ``x[..., 1::2]`` ("neighbours", 1), ``x[..., :h]`` ("halves", "low", h), ``x[..., h:]`` ("halves", "high", h)
+    (``h`` as written), ``x.chunk(2, dim=-1)`` both halves at once; else None."""
+    if isinstance(node, ast.Call) and _name(node) == "chunk" and node.args and _number(node.args[0]) == 2:
+        dims = [k.value for k in node.keywords if k.arg == "dim"] or node.args[1:2]
+        return ("halves", "low", "chunk") if dims and _number(dims[0]) == -1 else None
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2):
+        return None
+    ellipsis, last = node.slice.elts
+    if not (isinstance(ellipsis, ast.Constant) and ellipsis.value is Ellipsis and isinstance(last, ast.Slice)):
+        return None
+    if last.step is not None:
+        start = 0 if last.lower is None else _number(last.lower)
+        return ("neighbours", start) if _number(last.step) == 2 and last.upper is None and start in (0, 1) else None
+    if (last.lower is None) == (last.upper is None):
+        return None
+    size = last.upper if last.lower is None else last.lower
+    if _number(size) is not None:
+        return None
+    return ("halves", "low" if last.lower is None else "high", ast.unparse(size))
