@@ -374,8 +374,11 @@ HALVES = lambda i, D: (i, i + D // 2)  # noqa: E731 (rotate_half's pairs)
 
 
 def test_rope_s_other_pairing_is_made_from_either_reference_and_is_that_convention_exactly(tmp_path):
-    """A reference that pairs neighbouring channels gets the mistake of pairing the halves, and the reverse: each
-    mutant computes the other convention (against RoPE written pair by pair in float64)."""
+    """A reference that pairs neighbouring channels gets the mistake of pairing the halves, and the reverse: one
+    mutant of each computes the other convention exactly (against RoPE written pair by pair in float64): its pieces
+    and their putting back written the other way where the function pairs them itself, else the function given the
+    other layout (the reference's rotate_half helper written the other way keeps the tables of halves: a mistake of
+    its own)."""
     import shutil  # noqa: PLC0415
 
     interleaved = tmp_path / "head"
@@ -392,19 +395,24 @@ def test_rope_s_other_pairing_is_made_from_either_reference_and_is_that_conventi
             "    return torch.stack((out1, out2), dim=-1).flatten(-2)\n"
         )
     x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    kinds = ("pairs_convention", "pairs_pieces")
     for folder, theirs in ((interleaved, HALVES), (LLAMA, NEIGHBOURS)):
-        made = [m for m in generated.generate(assignment.load(folder)) if generated.kind_of(m) == "pairs_convention"]
-        assert [generated.owner_of(m) for m in made] == ["apply_rope"], folder
-        (mutant,) = made
-        assert torch.allclose(mutant.functions["apply_rope"](x), _rope_by_loops(x, 10000.0, theirs)), folder
-        assert torch.allclose(mutant.functions["apply_rope"](x, 100.0), _rope_by_loops(x, 100.0, theirs)), folder
+        made = [m for m in generated.generate(assignment.load(folder)) if generated.kind_of(m) in kinds]
+        assert made and {generated.owner_of(m) for m in made} == {"apply_rope"}, folder
+        exactly = [
+            m
+            for m in made
+            if all(torch.allclose(m.functions["apply_rope"](x, b), _rope_by_loops(x, b, theirs)) for b in (1e4, 100.0))
+        ]
+        assert len(exactly) == 1, (folder, [m.name for m in made])
 
 
 @pytest.mark.grading
 def test_rmsnorm_centred_a_scale_by_another_size_itself_and_rope_paired_the_other_way_are_named(tmp_path):
     """Three mistakes of a modern block, each named as itself: RMSNorm subtracting the mean as LayerNorm does, the
     scores divided by the model's width where the square root of the head's belongs (two changes in one place), and
-    RoPE written with neighbouring channels paired where rotate_half's halves belong."""
+    RoPE written with neighbouring channels paired where rotate_half's halves belong (throughout, or in the
+    rotation's helper alone)."""
     source = (LLAMA / "reference.py").read_text(encoding="utf-8")
     rms = "        ms = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)\n"
     scale = "scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"
@@ -415,15 +423,20 @@ def test_rmsnorm_centred_a_scale_by_another_size_itself_and_rope_paired_the_othe
         "    cos, sin = cos[..., : D // 2], sin[..., : D // 2]\n"
         "    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)\n"
     )
+    helper = "    x1, x2 = x[..., :half], x[..., half:]\n    return torch.cat((-x2, x1), dim=-1)\n"
+    assert helper in source
+    every_two = "    x1, x2 = x[..., 0::2], x[..., 1::2]\n    return torch.stack((-x2, x1), dim=-1).flatten(-2)\n"
     files = {
         "centred": source.replace(rms, "        x = x - x.mean(-1, keepdim=True)\n" + rms),
         "width": source.replace(scale, "scores = q @ k.transpose(-2, -1) / C"),
         "neighbours": source.replace(rope, neighbours),
+        "every_two": source.replace(helper, every_two),  # GPT-J's rotate_every_two with Llama's tables
     }
     words = {
         "centred": "`x`'s mean is subtracted first, as LayerNorm does",
         "width": "the scale is `x.shape[-1]` itself where the square root of `self.head_dim` belongs",
         "neighbours": "the channels are paired as neighbours (x[..., 0::2] with x[..., 1::2]) where the two halves",
+        "every_two": "the channels are paired as neighbours (x[..., 0::2] with x[..., 1::2]) where the two halves",
     }
     for name, text in files.items():
         (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")

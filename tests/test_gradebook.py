@@ -160,6 +160,12 @@ def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mist
     ]
     rows = class_summary(scores, tmp_path / "summary.csv")
     assert ("property", "properties/f/causal", 1) in rows
+    # A property that failed where its points were charged to a value check (worth 0 of 0) is counted too, and a
+    # record read back keeps whether it passed.
+    charged = Score("properties/f/causal", 0, 0, kind="property", passed=False)
+    assert Score.from_record(charged.to_record()) == charged
+    again = class_summary([Scores("a", 0, 1, grades=[Score("f/c/k", 0, 1), charged])], tmp_path / "again.csv")
+    assert again == [("check", "f/c/k", 1), ("property", "properties/f/causal", 1)]
     page = class_page(scores, rows)
     heat = page.split("<table class=heat>")[1].split("</table>")[0]
     assert heat.count("<tr>") == 3 and "a&lt;b&gt;" in heat  # a header, then one row a student, escaped

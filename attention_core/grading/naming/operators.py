@@ -172,6 +172,7 @@ def operators(node, owner_names=(), norms=frozenset()):
         found += _chained_layers_swapped(node)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":  # (what it computes)
         found += _parameter_swapped(node) + _parameter_swapped_once(node) + _size_swapped(node) + _centred(node)
+        found += _pairs_swapped(node)
         found += _layer_input_swapped(node) + _layer_reused(node) + _residual_added(node) + _returned_as(node)
     return found
 
@@ -1556,6 +1557,8 @@ def pairs_convention(function, tree):
     bodies = [function, *(helpers[n] for n in called - {function.name})]
     if not parameters or not any(isinstance(n, ast.Name) and n.id == "torch" for b in bodies for n in ast.walk(b)):
         return []  # (the layouts are made with torch, by that name)
+    if _paired_otherwise(function) is not None:
+        return []  # (its own pieces and their putting back, paired the other way: the same change, made there)
     pieces = {piece for body in bodies for node in ast.walk(body) if (piece := _piece(node)) is not None}
     neighbours = {("neighbours", 0), ("neighbours", 1)} <= pieces
     halves = ("halves", "low", "chunk") in pieces or any(
@@ -1608,3 +1611,112 @@ def _piece(node):
     if _number(size) is not None:
         return None
     return ("halves", "low" if last.lower is None else "high", ast.unparse(size))
+
+
+def _pairs_swapped(function):
+    """The pieces a function (RoPE, or its rotate_half helper) takes of the last dimension, and the way it puts
+    them back, written for the other pairing: ``x[..., :h]``/``x[..., h:]`` and ``cat((a, b), -1)`` as
+    ``x[..., 0::2]``/``x[..., 1::2]`` and ``stack((a, b), -1).flatten(-2)``, or the reverse. In a helper given
+    the reference's tables, that is GPT-J's rotate_every_two where Llama's rotate_half belongs."""
+    found = _paired_otherwise(function)
+    if found is None:
+        return []
+    reference, changed = found
+    mistake, fix = _HALVES if reference == "neighbours" else _NEIGHBOURS
+    return [Slip("pairs_pieces", mistake, fix, changed)]
+
+
+def _paired_otherwise(function):
+    """(the pairing a function's own code takes, the function with its pieces and their putting back written for
+    the other pairing); None where it does not take both pieces of one pairing and put them back on the last
+    dimension (``cat(..., -1)`` for halves, ``stack(..., -1).flatten(-2)`` for neighbours)."""
+    pieces = {piece for node in ast.walk(function) if (piece := _piece(node)) is not None}
+    neighbours = {("neighbours", 0), ("neighbours", 1)} <= pieces
+    lows = {p[-1] for p in pieces if p[:2] == ("halves", "low")}
+    highs = {p[-1] for p in pieces if p[:2] == ("halves", "high")} | ({"chunk"} & lows)
+    halves = lows & highs
+    if neighbours == bool(halves) or len(halves) > 1:
+        return None
+    reference = "neighbours" if neighbours else "halves"
+    putting_back = [n for n in ast.walk(function) if _put_back(n) == reference]
+    if not putting_back:
+        return None
+    changed = _OtherPairing(reference).visit(tree_copy(function))
+    return reference, ast.fix_missing_locations(changed)
+
+
+def _put_back(node):
+    """``torch.cat((a, b), dim=-1)``: "halves"; ``torch.stack((a, b), dim=-1).flatten(-2)``: "neighbours"."""
+    if not isinstance(node, ast.Call):
+        return None
+    if _name(node) == "flatten" and isinstance(node.func, ast.Attribute) and [_number(a) for a in node.args] == [-2]:
+        inner = node.func.value
+        return "neighbours" if isinstance(inner, ast.Call) and _name(inner) == "stack" and _last_axis(inner) else None
+    return "halves" if _name(node) == "cat" and _last_axis(node) else None
+
+
+def _last_axis(call):
+    """Whether a ``cat``/``stack`` call of two pieces joins them on the last axis."""
+    dims = [k.value for k in call.keywords if k.arg == "dim"] or call.args[1:2]
+    joined = call.args[0] if call.args else None
+    return bool(dims) and _number(dims[0]) == -1 and isinstance(joined, (ast.Tuple, ast.List)) and len(joined.elts) == 2
+
+
+class _OtherPairing(ast.NodeTransformer):
+    """A function's pieces of the last dimension, and their putting back, written for the other pairing."""
+
+    def __init__(self, reference):
+        self.reference = reference
+
+    def visit_Subscript(self, node):
+        piece = _piece(node)
+        if piece is None or piece[0] != self.reference:
+            return self.generic_visit(node)
+        base = node.value
+        if self.reference == "neighbours":  # x[..., 0::2] -> x[..., :x.shape[-1] // 2], x[..., 1::2] -> the rest
+            half = ast.parse(f"({ast.unparse(base)}).shape[-1] // 2", mode="eval").body
+            part = ast.Slice(None, half, None) if piece[1] == 0 else ast.Slice(half, None, None)
+        else:  # x[..., :h] -> x[..., 0::2], x[..., h:] -> x[..., 1::2]
+            part = ast.Slice(ast.Constant(0 if piece[1] == "low" else 1), None, ast.Constant(2))
+        return ast.Subscript(base, ast.Tuple([ast.Constant(Ellipsis), part], ast.Load()), ast.Load())
+
+    def visit_Call(self, node):
+        if _piece(node) == ("halves", "low", "chunk"):  # x.chunk(2, dim=-1) -> (x[..., 0::2], x[..., 1::2])
+            base = node.func.value if isinstance(node.func, ast.Attribute) and _name(node) == "chunk" else None
+            if base is None or _torch_module(base):
+                base = node.args[0] if _torch_module(getattr(node.func, "value", None)) and node.args else None
+            if base is None:
+                return self.generic_visit(node)
+            return ast.Tuple(
+                [
+                    ast.Subscript(
+                        base,
+                        ast.Tuple(
+                            [ast.Constant(Ellipsis), ast.Slice(ast.Constant(k), None, ast.Constant(2))], ast.Load()
+                        ),
+                        ast.Load(),
+                    )
+                    for k in (0, 1)
+                ],
+                ast.Load(),
+            )
+        way = _put_back(node)
+        node = self.generic_visit(node)
+        if way != self.reference:
+            return node
+        if way == "halves":  # cat((a, b), dim=-1) -> stack((a, b), dim=-1).flatten(-2)
+            stacked = ast.Call(
+                ast.Attribute(node.func.value, "stack", ast.Load())
+                if isinstance(node.func, ast.Attribute)
+                else ast.Name("stack", ast.Load()),
+                node.args,
+                node.keywords,
+            )
+            return ast.Call(ast.Attribute(stacked, "flatten", ast.Load()), [_literal(-2)], [])
+        stack = node.func.value  # stack((a, b), dim=-1).flatten(-2) -> cat((a, b), dim=-1)
+        func = (
+            ast.Attribute(stack.func.value, "cat", ast.Load())
+            if isinstance(stack.func, ast.Attribute)
+            else ast.Name("cat", ast.Load())
+        )
+        return ast.Call(func, stack.args, stack.keywords)

@@ -288,13 +288,14 @@ def _interruptible():
 
 def class_summary(scores, path):
     """Write ``path`` (CSV: kind, what, students, of): how many of the submissions graded in this run failed
-    each check and made each named mistake, largest first; return its rows."""
+    each check and property (one worth no points too: its points charged to a value check) and made each named
+    mistake, largest first; return its rows."""
     failed, mistakes, kinds = collections.Counter(), collections.Counter(), {}
     for one in scores:
         made = set()
         for grade in one.grades:
             kinds[grade.check_id] = grade.kind
-            if grade.score < grade.max_score:
+            if grade.failed:  # (a property that failed is counted, worth points or not)
                 failed[grade.check_id] += 1
             made |= set(grade.mistakes)
         mistakes.update(made)

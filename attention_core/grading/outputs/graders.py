@@ -188,7 +188,15 @@ def write(graded, name, out):
 def _scores(grade):
     """A grade's Score, then one for each check not run whose points it carries (a backward check of wrong values:
     its own column, next to its value check's, 0 of its points, as every submission's gradebook has it)."""
-    yield Score(grade.check_id, grade.score, grade.max_score, tuple(grade.mistakes), _kind(grade.check_id), grade.worth)
+    yield Score(
+        grade.check_id,
+        grade.score,
+        grade.max_score,
+        tuple(grade.mistakes),
+        _kind(grade.check_id),
+        grade.worth,
+        bool(grade.result.passed),
+    )
     for check_id, own in grade.stands_for:
         yield Score(check_id, 0.0, 0.0, (), _kind(check_id), own)
 

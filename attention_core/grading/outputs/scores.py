@@ -19,6 +19,7 @@ class Score:
     mistakes: tuple = ()
     kind: str = "value"
     worth: float | None = None  # the check's own points, where a charge moved points onto or off it (Grade's)
+    passed: bool | None = None  # whether the check passed; None: not told (told by its points alone)
 
     @property
     def possible(self):
@@ -33,7 +34,16 @@ class Score:
             "kind": self.kind,
             "mistakes": list(self.mistakes),
         }
-        return record if self.worth is None else {**record, "worth": self.worth}
+        if self.worth is not None:
+            record["worth"] = self.worth
+        if self.passed is not None:
+            record["passed"] = self.passed
+        return record
+
+    @property
+    def failed(self):
+        """Whether the check failed: it did not pass (a property worth no points too), or it lost points."""
+        return self.passed is False or self.score < self.max_score
 
     @classmethod
     def from_record(cls, record):
@@ -47,6 +57,7 @@ class Score:
             tuple(map(str, record["mistakes"])),
             kind,
             None if record.get("worth") is None else float(record["worth"]),
+            None if record.get("passed") is None else bool(record["passed"]),
         )
 
 
