@@ -374,7 +374,7 @@ HALVES = lambda i, D: (i, i + D // 2)  # noqa: E731 (rotate_half's pairs)
 
 
 def test_rope_s_other_pairing_is_made_from_either_reference_and_is_that_convention_exactly(tmp_path):
-    """A reference that pairs neighbouring channels gets the mistake of pairing the halves, and the reverse: one
+    """A reference that pairs neighbouring channels gets the mistake of pairing the halves, and the reverse: a
     mutant of each computes the other convention exactly (against RoPE written pair by pair in float64): its pieces
     and their putting back written the other way where the function pairs them itself, else the function given the
     other layout (the reference's rotate_half helper written the other way keeps the tables of halves: a mistake of
@@ -404,7 +404,7 @@ def test_rope_s_other_pairing_is_made_from_either_reference_and_is_that_conventi
             for m in made
             if all(torch.allclose(m.functions["apply_rope"](x, b), _rope_by_loops(x, b, theirs)) for b in (1e4, 100.0))
         ]
-        assert len(exactly) == 1, (folder, [m.name for m in made])
+        assert exactly, (folder, [m.name for m in made])
 
 
 @pytest.mark.grading
@@ -446,3 +446,52 @@ def test_rmsnorm_centred_a_scale_by_another_size_itself_and_rope_paired_the_othe
         likely = {d for g in one.grades for d in g.diagnosis.split("\n") if d.startswith("Likely mistake")}
         assert one.score < one.max_score and likely, name
         assert all(words[name] in line for line in likely), (name, likely)
+
+
+def test_rope_of_two_inputs_a_centring_and_their_look_alikes_are_made_only_where_they_are_those_mistakes(tmp_path):
+    """The other RoPE pairing of a function rotating two inputs (whatever their names) converts both; a caller that
+    passes it its own tensors gets no such mistake; RMSNorm's centring is made before the statement that takes the
+    root mean square (its axis a local), and not of a LayerNorm whose variance is written E[x²] - E[x]²."""
+    import shutil  # noqa: PLC0415
+
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder, ignore=shutil.ignore_patterns("submissions"))
+    with (folder / "reference.py").open("a", encoding="utf-8") as reference:
+        reference.write(
+            "\n\ndef _half_turn(t):\n"
+            "    h = t.shape[-1] // 2\n"
+            "    return torch.cat((-t[..., h:], t[..., :h]), dim=-1)\n"
+            "\n\ndef rope_qk(X, o, base=10000.0):\n"
+            "    T, D = X.shape[-2], X.shape[-1]\n"
+            "    angles = torch.outer(torch.arange(T, dtype=X.dtype), base ** (-torch.arange(0, D, 2, dtype=X.dtype) / D))\n"
+            "    cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()\n"
+            "    return X * cos + _half_turn(X) * sin, o * cos + _half_turn(o) * sin\n"
+            "\n\ndef rotated_sum(x):\n"
+            "    q, k = x * 2, x * 3\n"
+            "    a, b = rope_qk(q, k)\n"
+            "    return a + b\n"
+            "\n\ndef rms(x, eps=1e-6):\n"
+            "    d = -1\n"
+            "    return x / (x.pow(2).mean(d, keepdim=True) + eps).sqrt()\n"
+            "\n\ndef layer_norm_by_moments(x, eps=1e-5):\n"
+            "    m = x.mean(-1, keepdim=True)\n"
+            "    v = (x ** 2).mean(-1, keepdim=True) - m ** 2\n"
+            "    return (x - m) / (v + eps).sqrt()\n"
+        )
+    made = generated.generate(assignment.load(folder))
+    kinds = {(generated.owner_of(m), generated.kind_of(m)) for m in made}
+    assert ("rope_qk", "pairs_convention") in kinds
+    assert not {k for k in kinds if k[0] == "rotated_sum" and k[1].startswith("pairs")}
+    assert ("rms", "mean_subtracted") in kinds and ("layer_norm_by_moments", "mean_subtracted") not in kinds
+    q, k = torch.randn(2, 2, 5, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64).unbind(0)
+    (other,) = [m for m in made if generated.owner_of(m) == "rope_qk" and generated.kind_of(m) == "pairs_convention"]
+    a, b = other.functions["rope_qk"](q, k)
+    assert torch.allclose(a, _rope_by_loops(q, 1e4, NEIGHBOURS)) and torch.allclose(
+        b, _rope_by_loops(k, 1e4, NEIGHBOURS)
+    )
+    (centred,) = [m for m in made if generated.owner_of(m) == "rms" and generated.kind_of(m) == "mean_subtracted"]
+    x = q[0]
+    expected = (x - x.mean(-1, keepdim=True)) / (
+        (x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + 1e-6
+    ).sqrt()
+    assert torch.allclose(centred.functions["rms"](x), expected)

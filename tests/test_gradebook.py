@@ -166,6 +166,21 @@ def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mist
     assert Score.from_record(charged.to_record()) == charged
     again = class_summary([Scores("a", 0, 1, grades=[Score("f/c/k", 0, 1), charged])], tmp_path / "again.csv")
     assert again == [("check", "f/c/k", 1), ("property", "properties/f/causal", 1)]
+    # A check that could not be run for a fault of the case file's (0 of 0, no one's to pay) is no student's failure.
+    import types  # noqa: PLC0415
+
+    from attention_core.grading.outputs.graders import _scores  # noqa: PLC0415
+    from attention_core.harness.checking.results import Status  # noqa: PLC0415
+
+    def grade(status, passed):
+        result = types.SimpleNamespace(status=status, passed=passed)
+        return types.SimpleNamespace(
+            check_id="f/c/broken", score=0.0, max_score=0.0, mistakes=(), worth=None, result=result, stands_for=()
+        )
+
+    (case_error,) = _scores(grade(Status.CASE_ERROR, False))
+    (failed,) = _scores(grade(Status.FAILED, False))
+    assert case_error.passed is None and not case_error.failed and failed.failed
     page = class_page(scores, rows)
     heat = page.split("<table class=heat>")[1].split("</table>")[0]
     assert heat.count("<tr>") == 3 and "a&lt;b&gt;" in heat  # a header, then one row a student, escaped

@@ -1057,44 +1057,51 @@ def _size_swapped(function):
 
 def _centred(function):
     """The mean of a parameter's squares (a root mean square: RMSNorm) taken of the parameter less its mean:
-    ``x = x - x.mean(-1, keepdim=True)`` first, as LayerNorm does, where the input itself belongs."""
+    ``x = x - x.mean(-1, keepdim=True)`` just before, as LayerNorm does, where the input itself belongs. Not where
+    the function takes the parameter's own mean too (a variance written ``(x ** 2).mean() - m ** 2``)."""
     parameters = set(_parameters(function))
     found, seen = [], set()
-    for node in ast.walk(function):
-        base, dims = _mean_of_squares(node)
-        if base is None or base not in parameters or base in seen or not dims:
-            continue
-        seen.add(base)
-        changed = tree_copy(function)
-        centring = ast.Assign(
-            [ast.Name(base, ast.Store())],
-            ast.BinOp(
-                ast.Name(base, ast.Load()),
-                ast.Sub(),
-                ast.Call(
-                    ast.Attribute(ast.Name(base, ast.Load()), "mean", ast.Load()),
-                    [],
-                    [ast.keyword("dim", tree_copy(dims[0])), ast.keyword("keepdim", ast.Constant(True))],
+    for position, statement in enumerate(function.body):
+        for node in ast.walk(statement):
+            base, dims = _mean_of_squares(node)
+            if base is None or base not in parameters or base in seen or not dims or _takes_mean_of(function, base):
+                continue
+            seen.add(base)
+            changed = tree_copy(function)
+            centring = ast.Assign(
+                [ast.Name(base, ast.Store())],
+                ast.BinOp(
+                    ast.Name(base, ast.Load()),
+                    ast.Sub(),
+                    ast.Call(
+                        ast.Attribute(ast.Name(base, ast.Load()), "mean", ast.Load()),
+                        [],
+                        [ast.keyword("dim", tree_copy(dims[0])), ast.keyword("keepdim", ast.Constant(True))],
+                    ),
                 ),
-            ),
-        )
-        documented = (
-            changed.body
-            and isinstance(changed.body[0], ast.Expr)
-            and isinstance(getattr(changed.body[0], "value", None), ast.Constant)
-        )
-        changed.body.insert(1 if documented else 0, centring)
-        found.append(
-            Slip(
-                "mean_subtracted",
-                f"`{base}`'s mean is subtracted first, as LayerNorm does, where the root mean square of `{base}` "
-                f"itself belongs (no centring)",
-                f"Do not subtract the mean: divide `{base}` as given by the square root of the mean of its squares "
-                f"(plus eps).",
-                changed,
             )
-        )
+            changed.body.insert(position, centring)
+            found.append(
+                Slip(
+                    "mean_subtracted",
+                    f"`{base}`'s mean is subtracted first, as LayerNorm does, where the root mean square of `{base}` "
+                    f"itself belongs (no centring)",
+                    f"Do not subtract the mean: divide `{base}` as given by the square root of the mean of its "
+                    f"squares (plus eps).",
+                    changed,
+                )
+            )
     return found
+
+
+def _takes_mean_of(function, name):
+    """Whether ``function`` takes the mean of ``name`` itself (``x.mean(...)``, ``torch.mean(x, ...)``)."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and _name(node) == "mean" and isinstance(node.func, ast.Attribute):
+            of = node.args[0] if _module_name(node.func.value) and node.args else node.func.value
+            if isinstance(of, ast.Name) and of.id == name:
+                return True
+    return False
 
 
 def _mean_of_squares(node):
@@ -1102,7 +1109,7 @@ def _mean_of_squares(node):
     ``x.square().mean(dim)`` or ``torch.mean(x ** 2, dim)``; (None, []) for anything else."""
     if not (isinstance(node, ast.Call) and _name(node) == "mean"):
         return None, []
-    if isinstance(node.func, ast.Attribute) and _torch_module(node.func.value):
+    if isinstance(node.func, ast.Attribute) and _module_name(node.func.value):
         squared, rest = (node.args[0], node.args[1:]) if node.args else (None, [])
     else:
         squared, rest = (node.func.value if isinstance(node.func, ast.Attribute) else None), node.args
@@ -1519,84 +1526,110 @@ _NEIGHBOURS = (
     "dimension belong (x[..., :D/2] with x[..., D/2:], as rotate_half does): the other RoPE convention",
     "Pair channel i with channel i + D/2, the first half with the second, as rotate_half does.",
 )
-# (the reference's pairing -> (the other pairing's layout from the student's input, the student's layout back))
+# (the reference's pairing -> (the other pairing's layout of an input X, the student's layout back of a result O))
 _LAYOUTS = {
     "neighbours": (
-        "torch.stack((X[..., :_h], X[..., _h:]), dim=-1).flatten(-2)",
-        "torch.cat((o[..., 0::2], o[..., 1::2]), dim=-1)",
+        "torch.stack((X[..., : X.shape[-1] // 2], X[..., X.shape[-1] // 2 :]), dim=-1).flatten(-2)",
+        "torch.cat((O[..., 0::2], O[..., 1::2]), dim=-1)",
     ),
     "halves": (
         "torch.cat((X[..., 0::2], X[..., 1::2]), dim=-1)",
-        "torch.stack((o[..., :_h], o[..., _h:]), dim=-1).flatten(-2)",
+        "torch.stack((O[..., : O.shape[-1] // 2], O[..., O.shape[-1] // 2 :]), dim=-1).flatten(-2)",
     ),
 }
 _WRAPPER = """
 def _f():
-    def _inner():
+    def _pairs_inner():
         pass
-    _h = X.shape[-1] // 2
 
-    def _back(o):
-        if isinstance(o, torch.Tensor) and o.shape[-1:] == X.shape[-1:]:
+    def _pairs_back(_pairs_result):
+        if isinstance(_pairs_result, torch.Tensor) and _pairs_result.shape[-1:] in SIZES:
             return BACK
-        return o
-    _out = CALL
-    return tuple(_back(o) for o in _out) if isinstance(_out, tuple) else _back(_out)
+        return _pairs_result
+    _pairs_out = CALL
+    if isinstance(_pairs_out, tuple):
+        return tuple(_pairs_back(_pairs_result) for _pairs_result in _pairs_out)
+    return _pairs_back(_pairs_out)
 """
 
 
 def pairs_convention(function, tree):
     """A function that rotates pairs of channels (RoPE), computed with the other pairing: neighbours where the
     reference pairs the halves, or the reverse. The mutant is the reference's own function given the student's
-    layout of its first input and giving its results back in it, which is that other convention exactly (the pair
-    ``i`` turned by the same angle). Made where the function, or a module-level helper it calls, slices the last
-    dimension into both pieces of one pairing (and never of the other), and calls torch."""
+    layout of the inputs it takes pieces of and giving its results back in it, which is that other convention
+    exactly where the function makes its own angles (the pair ``i`` turned by the same angle). Made where the
+    function, or a module-level helper it calls, takes both pieces of one pairing of the last dimension (and never
+    of the other) of its parameters, and calls torch."""
     parameters = _parameters(function)
-    helpers = {top.name: top for top in tree.body if isinstance(top, ast.FunctionDef)}
-    called = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in helpers}
-    bodies = [function, *(helpers[n] for n in called - {function.name})]
-    if not parameters or not any(isinstance(n, ast.Name) and n.id == "torch" for b in bodies for n in ast.walk(b)):
-        return []  # (the layouts are made with torch, by that name)
-    if _paired_otherwise(function) is not None:
-        return []  # (its own pieces and their putting back, paired the other way: the same change, made there)
-    pieces = {piece for body in bodies for node in ast.walk(body) if (piece := _piece(node)) is not None}
-    neighbours = {("neighbours", 0), ("neighbours", 1)} <= pieces
-    halves = ("halves", "low", "chunk") in pieces or any(
-        ("halves", "low", p[-1]) in pieces and ("halves", "high", p[-1]) in pieces for p in pieces
+    helpers = {top.name: top for top in tree.body if isinstance(top, ast.FunctionDef) and top is not function}
+    pieces, moved = set(), []
+    for node in ast.walk(function):
+        piece, base = _piece(node), _piece_of(node)
+        if piece is not None and isinstance(base, ast.Name) and base.id in parameters:
+            pieces.add(piece)
+            moved.append(base.id)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers and node.args:
+            taken = {p for n in ast.walk(helpers[node.func.id]) if (p := _piece(n)) is not None}
+            given = node.args[0]
+            if taken and isinstance(given, ast.Name) and given.id in parameters:
+                pieces |= taken
+                moved.append(given.id)
+    calls_torch = any(isinstance(n, ast.Name) and n.id == "torch" for n in ast.walk(function)) or any(
+        isinstance(n, ast.Name) and n.id == "torch" for h in helpers.values() for n in ast.walk(h)
     )
-    if neighbours == halves:
+    reference = _one_pairing(pieces)
+    if reference is None or not calls_torch:
         return []
-    reference = "neighbours" if neighbours else "halves"
-    first = parameters[0]
-    forward, back = (text.replace("X", first) for text in _LAYOUTS[reference])
-    wrapper = ast.parse(_WRAPPER.replace("BACK", back).replace("X", first)).body[0]
+    moved = list(dict.fromkeys(moved))
+    forward, back = _LAYOUTS[reference]
+    sizes = "(" + "".join(f"{name}.shape[-1:], " for name in moved) + ")"
+    wrapper = ast.parse(_WRAPPER.replace("BACK", back.replace("O", "_pairs_result")).replace("SIZES", sizes))
+    wrapper = wrapper.body[0]
     inner = tree_copy(function)
-    inner.name, inner.decorator_list = "_inner", []
+    inner.name, inner.decorator_list = "_pairs_inner", []
     wrapper.body[0] = inner
-    moved = ast.parse(forward, mode="eval").body
-    call = ast.Call(ast.Name("_inner", ast.Load()), [], [])
-    for a in [*function.args.posonlyargs, *function.args.args]:
-        call.args.append(moved if a.arg == first else ast.Name(a.arg, ast.Load()))
+
+    def given(name):
+        if name in moved:
+            return ast.parse(forward.replace("X", name), mode="eval").body
+        return ast.Name(name, ast.Load())
+
+    call = ast.Call(ast.Name("_pairs_inner", ast.Load()), [], [])
+    call.args = [given(a.arg) for a in [*function.args.posonlyargs, *function.args.args]]
     if function.args.vararg:
         call.args.append(ast.Starred(ast.Name(function.args.vararg.arg, ast.Load()), ast.Load()))
-    for a in function.args.kwonlyargs:
-        call.keywords.append(ast.keyword(a.arg, moved if a.arg == first else ast.Name(a.arg, ast.Load())))
+    call.keywords = [ast.keyword(a.arg, given(a.arg)) for a in function.args.kwonlyargs]
     if function.args.kwarg:
         call.keywords.append(ast.keyword(None, ast.Name(function.args.kwarg.arg, ast.Load())))
-    wrapper.body[-2].value = call
+    wrapper.body[-3].value = call
     changed = tree_copy(function)
     changed.body = wrapper.body
     mistake, fix = _HALVES if reference == "neighbours" else _NEIGHBOURS
     return [Slip("pairs_convention", mistake, fix, changed)]
 
 
+def _one_pairing(pieces):
+    """ "neighbours" or "halves": the one pairing whose both pieces ``pieces`` (of :func:`_piece`) hold; else None."""
+    neighbours = {("neighbours", 0), ("neighbours", 1)} <= pieces
+    lows = {p[-1] for p in pieces if p[:2] == ("halves", "low")}
+    highs = {p[-1] for p in pieces if p[:2] == ("halves", "high")} | ({"chunk"} & lows)
+    halves = lows & highs
+    if neighbours == bool(halves) or len(halves) > 1:
+        return None
+    return "neighbours" if neighbours else "halves"
+
+
 def _piece(node):
     """The piece of a pairing of the last dimension's channels a node takes: ``x[..., 0::2]`` ("neighbours", 0),
     ``x[..., 1::2]`` ("neighbours", 1), ``x[..., :h]`` ("halves", "low", h), ``x[..., h:]`` ("halves", "high", h)
-    (``h`` as written), ``x.chunk(2, dim=-1)`` both halves at once; else None."""
-    if isinstance(node, ast.Call) and _name(node) == "chunk" and node.args and _number(node.args[0]) == 2:
-        dims = [k.value for k in node.keywords if k.arg == "dim"] or node.args[1:2]
-        return ("halves", "low", "chunk") if dims and _number(dims[0]) == -1 else None
+    (``h`` as written), ``x.chunk(2, dim=-1)`` or ``torch.chunk(x, 2, dim=-1)`` both halves at once; else None."""
+    if isinstance(node, ast.Call) and _name(node) == "chunk":
+        function_form = isinstance(node.func, ast.Attribute) and _module_name(node.func.value)
+        count, dims = (node.args[1:2], node.args[2:3]) if function_form else (node.args[:1], node.args[1:2])
+        dims = [k.value for k in node.keywords if k.arg == "dim"] or dims
+        if count and _number(count[0]) == 2 and dims and _number(dims[0]) == -1:
+            return ("halves", "low", "chunk")
+        return None
     if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2):
         return None
     ellipsis, last = node.slice.elts
@@ -1611,6 +1644,22 @@ def _piece(node):
     if _number(size) is not None:
         return None
     return ("halves", "low" if last.lower is None else "high", ast.unparse(size))
+
+
+def _piece_of(node):
+    """The tensor a piece (:func:`_piece`) is taken of: ``x`` of ``x[..., 0::2]``, ``x.chunk(2, -1)`` and
+    ``torch.chunk(x, 2, -1)``."""
+    if isinstance(node, ast.Subscript):
+        return node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if _module_name(node.func.value):
+            return node.args[0] if node.args else None
+        return node.func.value
+    return None
+
+
+def _module_name(node):
+    return isinstance(node, ast.Name) and node.id in TORCH_MODULES
 
 
 def _pairs_swapped(function):
@@ -1628,18 +1677,15 @@ def _pairs_swapped(function):
 
 def _paired_otherwise(function):
     """(the pairing a function's own code takes, the function with its pieces and their putting back written for
-    the other pairing); None where it does not take both pieces of one pairing and put them back on the last
-    dimension (``cat(..., -1)`` for halves, ``stack(..., -1).flatten(-2)`` for neighbours)."""
-    pieces = {piece for node in ast.walk(function) if (piece := _piece(node)) is not None}
-    neighbours = {("neighbours", 0), ("neighbours", 1)} <= pieces
-    lows = {p[-1] for p in pieces if p[:2] == ("halves", "low")}
-    highs = {p[-1] for p in pieces if p[:2] == ("halves", "high")} | ({"chunk"} & lows)
-    halves = lows & highs
-    if neighbours == bool(halves) or len(halves) > 1:
-        return None
-    reference = "neighbours" if neighbours else "halves"
-    putting_back = [n for n in ast.walk(function) if _put_back(n) == reference]
-    if not putting_back:
+    the other pairing); None where it does not take both pieces of one pairing of a named tensor and put them back
+    on the last dimension (``cat(..., -1)`` for halves, ``stack(..., -1).flatten(-2)`` for neighbours)."""
+    pieces = {
+        piece
+        for node in ast.walk(function)
+        if (piece := _piece(node)) is not None and isinstance(_piece_of(node), ast.Name)
+    }
+    reference = _one_pairing(pieces)
+    if reference is None or not any(_put_back(n) == reference for n in ast.walk(function)):
         return None
     changed = _OtherPairing(reference).visit(tree_copy(function))
     return reference, ast.fix_missing_locations(changed)
@@ -1682,10 +1728,8 @@ class _OtherPairing(ast.NodeTransformer):
 
     def visit_Call(self, node):
         if _piece(node) == ("halves", "low", "chunk"):  # x.chunk(2, dim=-1) -> (x[..., 0::2], x[..., 1::2])
-            base = node.func.value if isinstance(node.func, ast.Attribute) and _name(node) == "chunk" else None
-            if base is None or _torch_module(base):
-                base = node.args[0] if _torch_module(getattr(node.func, "value", None)) and node.args else None
-            if base is None:
+            base = _piece_of(node)
+            if not isinstance(base, ast.Name):
                 return self.generic_visit(node)
             return ast.Tuple(
                 [

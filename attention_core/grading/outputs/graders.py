@@ -16,6 +16,7 @@ import traceback
 
 from attention_core.grading.intake import ids
 from attention_core.grading.judging.grader import Grader
+from attention_core.grading.judging.grades import NEUTRAL
 from attention_core.grading.outputs import gradescope, records
 from attention_core.grading.outputs.plan import Plan
 from attention_core.grading.outputs.scores import Score, Scores
@@ -195,7 +196,7 @@ def _scores(grade):
         tuple(grade.mistakes),
         _kind(grade.check_id),
         grade.worth,
-        bool(grade.result.passed),
+        None if grade.result.status in NEUTRAL else bool(grade.result.passed),  # (a case's error: no one's)
     )
     for check_id, own in grade.stands_for:
         yield Score(check_id, 0.0, 0.0, (), _kind(check_id), own)
