@@ -354,6 +354,17 @@ def test_a_mistake_s_results_that_no_expectation_reads_are_kept_as_their_shape_a
     assert unread and all(value.device.type == "meta" for value in unread)
 
 
+def _head_with(tmp_path, more):
+    """A copy of the head example's assignment (without its submissions) with ``more`` added to its reference."""
+    import shutil  # noqa: PLC0415
+
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder, ignore=shutil.ignore_patterns("submissions"))
+    with (folder / "reference.py").open("a", encoding="utf-8") as reference:
+        reference.write(more)
+    return folder
+
+
 def _rope_by_loops(x, base, pair):
     """RoPE in float64, one channel pair at a time: ``pair(i, D)`` the two channels turned by angle ``i``."""
     x = x.double()
@@ -379,12 +390,9 @@ def test_rope_s_other_pairing_is_made_from_either_reference_and_is_that_conventi
     and their putting back written the other way where the function pairs them itself, else the function given the
     other layout (the reference's rotate_half helper written the other way keeps the tables of halves: a mistake of
     its own)."""
-    import shutil  # noqa: PLC0415
-
-    interleaved = tmp_path / "head"
-    shutil.copytree(HEAD, interleaved, ignore=shutil.ignore_patterns("submissions"))
-    with (interleaved / "reference.py").open("a", encoding="utf-8") as reference:
-        reference.write(
+    interleaved = _head_with(
+        tmp_path,
+        (
             "\n\ndef apply_rope(x, base=10000.0):\n"
             "    T, D = x.shape[-2], x.shape[-1]\n"
             "    inv_freq = base ** (-torch.arange(0, D, 2, dtype=x.dtype) / D)\n"
@@ -393,7 +401,8 @@ def test_rope_s_other_pairing_is_made_from_either_reference_and_is_that_conventi
             "    out1 = x1 * angles.cos() - x2 * angles.sin()\n"
             "    out2 = x1 * angles.sin() + x2 * angles.cos()\n"
             "    return torch.stack((out1, out2), dim=-1).flatten(-2)\n"
-        )
+        ),
+    )
     x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     kinds = ("pairs_convention", "pairs_pieces")
     for folder, theirs in ((interleaved, HALVES), (LLAMA, NEIGHBOURS)):
@@ -452,12 +461,9 @@ def test_rope_of_two_inputs_a_centring_and_their_look_alikes_are_made_only_where
     """The other RoPE pairing of a function rotating two inputs (whatever their names) converts both; a caller that
     passes it its own tensors gets no such mistake; RMSNorm's centring is made before the statement that takes the
     root mean square (its axis a local), and not of a LayerNorm whose variance is written E[x²] - E[x]²."""
-    import shutil  # noqa: PLC0415
-
-    folder = tmp_path / "head"
-    shutil.copytree(HEAD, folder, ignore=shutil.ignore_patterns("submissions"))
-    with (folder / "reference.py").open("a", encoding="utf-8") as reference:
-        reference.write(
+    folder = _head_with(
+        tmp_path,
+        (
             "\n\ndef _half_turn(t):\n"
             "    h = t.shape[-1] // 2\n"
             "    return torch.cat((-t[..., h:], t[..., :h]), dim=-1)\n"
@@ -477,7 +483,8 @@ def test_rope_of_two_inputs_a_centring_and_their_look_alikes_are_made_only_where
             "    m = x.mean(-1, keepdim=True)\n"
             "    v = (x ** 2).mean(-1, keepdim=True) - m ** 2\n"
             "    return (x - m) / (v + eps).sqrt()\n"
-        )
+        ),
+    )
     made = generated.generate(assignment.load(folder))
     kinds = {(generated.owner_of(m), generated.kind_of(m)) for m in made}
     assert ("rope_qk", "pairs_convention") in kinds
