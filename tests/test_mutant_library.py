@@ -366,3 +366,48 @@ def test_a_function_that_crashes_on_its_own_is_not_sent_to_a_part_that_fails_ano
     # A part's wrong values (a wrong shape) make the caller's own matmul raise: that part is its likely cause
     raised = grades(attention_crashes=False, how="raised RuntimeError: mat1 and mat2 shapes cannot be multiplied")
     assert raised and all(d.startswith("Likely cause: `attention`, which the reference") for d in raised), raised
+
+
+@pytest.mark.grading
+def test_a_softmax_over_dim_0_is_named_on_attention_s_checks_as_softmax_s_mistake_not_as_attention_s_own(tmp_path):
+    """softmax over dim 0 makes an attention that calls it take its softmax over the queries on 2-D scores (dim 0
+    is dim -2 there): those checks name softmax's mistake, the cause. An attention that takes its own softmax over
+    the queries, beside the same softmax, is still told its own mistake on each of its checks."""
+    from attention_core.grading.judging.grader import Grader  # noqa: PLC0415
+
+    source = inspect.getsource(reference)
+    dim0 = (
+        "\n\ndef softmax(x, dim=-1):\n"
+        "    e = torch.exp(x - x.amax(dim=0, keepdim=True))\n"
+        "    return e / e.sum(dim=0, keepdim=True)\n"
+    )
+    own = (
+        "\n\ndef attention(q, k, v, mask=None, scale=None):\n"
+        "    scores = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)\n"
+        "    if mask is not None:\n"
+        "        scores = scores.masked_fill(~mask, float('-inf')) if mask.dtype == torch.bool else scores + mask\n"
+        "    weights = torch.softmax(scores, dim=-2)\n"
+        "    return weights @ v, weights\n"
+    )
+    (tmp_path / "softmax_only.py").write_text(source + dim0, encoding="utf-8")
+    (tmp_path / "both.py").write_text(source + dim0 + own, encoding="utf-8")
+    with Grader() as grader:
+        alone, both = grader.grade_each([tmp_path / "softmax_only.py", tmp_path / "both.py"])
+
+    def told(graded):
+        return [
+            g.diagnosis
+            for g in graded.grades
+            if g.item.error is None
+            and g.item.check.function == "attention"
+            and not g.result.passed
+            and not g.check_id.startswith("properties/")
+            and not g.check_id.endswith("/backward")
+        ]
+
+    softmax_only, with_own = told(alone), told(both)
+    assert softmax_only and not any("query axis" in text for text in softmax_only), softmax_only
+    assert any(
+        "fails its own checks with a mistake named there (softmax over the wrong axis" in t for t in softmax_only
+    )
+    assert with_own and all("query axis (dim -2)" in text for text in with_own), with_own
