@@ -102,11 +102,9 @@ class Diagnoser:
                 if _raised(grade.result) and wrong & set(self.calls.get(function, ())):
                     found = []  # it raises, and so does a function the reference builds it on: no proof of its own
                 named.append((grade, function, found))
-        fitted = _fitting_all(named)
-        for grade, function, found in fitted:
+        for grade, function, found in _fitting_all(named):
             grade.diagnosis = "\n".join(m.told(function) for m in found)
             grade.mistakes = tuple(m.words(function)[0] for m in found)
-        _name_parts_mistake(fitted, self.calls)
         self._name_generated(graded.grades, ask)
         _name_failing_parts(graded.grades, self.calls)
         _name_backward_by_values(graded.grades)
@@ -515,37 +513,6 @@ def _same_failures(result, theirs):
 def _close(a, b, rtol, atol):
     """Element-wise in float64 |a - b| <= atol + rtol |b|, NaN matching NaN and an infinity only itself (no report)."""
     return compare.every(lambda x, y: torch.isclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True), a, b)
-
-
-def _name_parts_mistake(fitted, calls=CALLS):
-    """A mistake made in two functions (softmax over dim 0, and attention's softmax over the query axis), named on a
-    caller's check by its part in the caller, where that part does not fit every failed check of the caller and
-    the mistake is named on the own checks of a function the reference caller calls: the student made it there
-    alone (on 2-D scores, dim 0 is the query axis: their attention gives what attention's own mistake would, only
-    because it calls their softmax). Each such check names the called function's mistake as the likely cause."""
-    by_function: dict = {}
-    for grade, function, found in fitted:
-        by_function.setdefault(function, []).append((grade, found))
-    named_on = {function: {m.name for _, found in entries for m in found} for function, entries in by_function.items()}
-    for function, entries in by_function.items():
-        for grade, found in entries:
-            for mistake in found:
-                parts = [
-                    part
-                    for part in calls.get(function, ())
-                    if part in mistake.functions and mistake.name in named_on.get(part, ())
-                ]
-                if not parts or all(mistake in theirs for _, theirs in entries):
-                    continue  # it fits every failed check of the caller: the caller's own mistake
-                part = parts[0]
-                words, fix = mistake.words(part)
-                grade.diagnosis = (
-                    f"Likely cause: `{part}`, which the reference `{function}` calls, fails its own checks with a "
-                    f"mistake named there ({words}). Fix: {fix} If your `{function}` calls `{part}`, this check may "
-                    f"then pass too."
-                )
-                grade.mistakes = (words,)
-                break
 
 
 def _fitting_all(named):
