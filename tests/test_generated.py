@@ -240,6 +240,7 @@ NAMED = {
         "attention_mask_inverted": "the bool mask is read inverted",
         "attention_scale_dk": "1 / d_k",
         "causal_average_channel_axis": "along each token's channels",
+        "attention_float_mask_multiplied": "a floating mask multiplies the scores where it is added to them",
         "causal_average_off_by_one": "leaves out the current row",
         "causal_mask_triu": "the wrong triangle",
         "layer_norm_no_center": "the mean is not subtracted",
@@ -460,7 +461,8 @@ def test_rmsnorm_centred_a_scale_by_another_size_itself_and_rope_paired_the_othe
 def test_rope_of_two_inputs_a_centring_and_their_look_alikes_are_made_only_where_they_are_those_mistakes(tmp_path):
     """The other RoPE pairing of a function rotating two inputs (whatever their names) converts both; a caller that
     passes it its own tensors gets no such mistake; RMSNorm's centring is made before the statement that takes the
-    root mean square (its axis a local), and not of a LayerNorm whose variance is written E[x²] - E[x]²."""
+    root mean square (its axis a local), and not of a LayerNorm whose variance is written E[x²] - E[x]²; partial
+    rotary, split where the rotated channels end rather than at a half, is no pairing."""
     folder = _head_with(
         tmp_path,
         (
@@ -483,6 +485,13 @@ def test_rope_of_two_inputs_a_centring_and_their_look_alikes_are_made_only_where
             "    m = x.mean(-1, keepdim=True)\n"
             "    v = (x ** 2).mean(-1, keepdim=True) - m ** 2\n"
             "    return (x - m) / (v + eps).sqrt()\n"
+            "\n\ndef rms_guarded(x, eps=1e-6):\n"
+            "    if torch.isnan(x.mean()):\n"
+            "        raise ValueError('nan')\n"
+            "    return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()\n"
+            "\n\ndef rope_partial(x, rot=4):\n"
+            "    x_rot, x_pass = x[..., :rot], x[..., rot:]\n"
+            "    return torch.cat((_half_turn(x_rot) + x_rot, x_pass), dim=-1)\n"
         ),
     )
     made = generated.generate(assignment.load(folder))
@@ -490,6 +499,8 @@ def test_rope_of_two_inputs_a_centring_and_their_look_alikes_are_made_only_where
     assert ("rope_qk", "pairs_convention") in kinds
     assert not {k for k in kinds if k[0] == "rotated_sum" and k[1].startswith("pairs")}
     assert ("rms", "mean_subtracted") in kinds and ("layer_norm_by_moments", "mean_subtracted") not in kinds
+    assert ("rms_guarded", "mean_subtracted") in kinds  # (a mean only tested is not a variance's)
+    assert ("rope_partial", "pairs_convention") not in kinds  # split where the rotated channels end, not at a half
     q, k = torch.randn(2, 2, 5, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64).unbind(0)
     (other,) = [m for m in made if generated.owner_of(m) == "rope_qk" and generated.kind_of(m) == "pairs_convention"]
     a, b = other.functions["rope_qk"](q, k)

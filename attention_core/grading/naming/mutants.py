@@ -196,6 +196,18 @@ def attention_bool_mask_added(q, k, v, mask=None, scale=None):
     return weights @ v, weights
 
 
+def attention_float_mask_multiplied(q, k, v, mask=None, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores * mask  # a floating mask multiplied in: 0 * -inf is nan, and 0 where 0 is added
+    weights = _softmax(scores)
+    return weights @ v, weights
+
+
 def merge_heads_by_bare_view(x):
     *lead, nh, T, hs = x.shape
     return x.reshape(*lead, T, nh * hs)  # (..., T, C) with the head axis still in front of T
@@ -514,6 +526,14 @@ MUTANTS += (
         "blocks the scores where it is False",
         "Fill the blocked scores with -inf: scores.masked_fill(~mask, float('-inf')) for a bool mask; only a "
         "floating mask is added.",
+        "values",
+    ),
+    Mutant(
+        "float_mask_multiplied",
+        {"attention": attention_float_mask_multiplied},
+        "a floating mask multiplies the scores where it is added to them (its 0 keeps nothing of a score, its -inf "
+        "turns a score of 0 into nan)",
+        "Add a floating mask to the scores: scores + mask (a bool mask is the one filled with -inf).",
         "values",
     ),
     Mutant(

@@ -1095,12 +1095,21 @@ def _centred(function):
 
 
 def _takes_mean_of(function, name):
-    """Whether ``function`` takes the mean of ``name`` itself (``x.mean(...)``, ``torch.mean(x, ...)``)."""
-    for node in ast.walk(function):
+    """Whether ``function`` takes the mean of ``name`` itself into its arithmetic (``m = x.mean(...)``, or such a mean
+    in a sum, a difference or a power: a variance written ``(x ** 2).mean() - m ** 2``); a mean only tested (``if
+    torch.isnan(x.mean())``) is not."""
+
+    def mean_of(node):
         if isinstance(node, ast.Call) and _name(node) == "mean" and isinstance(node.func, ast.Attribute):
             of = node.args[0] if _module_name(node.func.value) and node.args else node.func.value
-            if isinstance(of, ast.Name) and of.id == name:
-                return True
+            return isinstance(of, ast.Name) and of.id == name
+        return False
+
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and mean_of(node.value):
+            return True
+        if isinstance(node, ast.BinOp) and (mean_of(node.left) or mean_of(node.right)):
+            return True
     return False
 
 
@@ -1569,7 +1578,7 @@ def pairs_convention(function, tree):
             pieces.add(piece)
             moved.append(base.id)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers and node.args:
-            taken = {p for n in ast.walk(helpers[node.func.id]) if (p := _piece(n)) is not None}
+            taken = _pieces_of_first(helpers[node.func.id])
             given = node.args[0]
             if taken and isinstance(given, ast.Name) and given.id in parameters:
                 pieces |= taken
@@ -1577,7 +1586,8 @@ def pairs_convention(function, tree):
     calls_torch = any(isinstance(n, ast.Name) and n.id == "torch" for n in ast.walk(function)) or any(
         isinstance(n, ast.Name) and n.id == "torch" for h in helpers.values() for n in ast.walk(h)
     )
-    reference = _one_pairing(pieces)
+    halved = _halved(function).union(*(_halved(h) for h in helpers.values()))
+    reference = _one_pairing({p for p in pieces if p[0] != "halves" or p[-1] in halved or p[-1] == "chunk"})
     if reference is None or not calls_torch:
         return []
     moved = list(dict.fromkeys(moved))
@@ -1606,6 +1616,19 @@ def pairs_convention(function, tree):
     changed.body = wrapper.body
     mistake, fix = _HALVES if reference == "neighbours" else _NEIGHBOURS
     return [Slip("pairs_convention", mistake, fix, changed)]
+
+
+def _pieces_of_first(helper):
+    """The pieces (:func:`_piece`) a helper takes of its first parameter."""
+    first = (helper.args.posonlyargs + helper.args.args)[:1]
+    return {
+        piece
+        for n in ast.walk(helper)
+        if (piece := _piece(n)) is not None
+        and first
+        and isinstance(_piece_of(n), ast.Name)
+        and _piece_of(n).id == first[0].arg
+    }
 
 
 def _one_pairing(pieces):
@@ -1646,6 +1669,19 @@ def _piece(node):
     return ("halves", "low" if last.lower is None else "high", ast.unparse(size))
 
 
+def _halved(function):
+    """The sizes a function writes as half of something (``x.shape[-1] // 2``, ``D // 2``), and the names it
+    assigns one of them to (``half = x.shape[-1] // 2``): a pairing of halves splits the last dimension at one."""
+    halves = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and _number(node.right) == 2:
+            halves.add(ast.unparse(node))
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and ast.unparse(node.value) in halves:
+            halves |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return halves
+
+
 def _piece_of(node):
     """The tensor a piece (:func:`_piece`) is taken of: ``x`` of ``x[..., 0::2]``, ``x.chunk(2, -1)`` and
     ``torch.chunk(x, 2, -1)``."""
@@ -1684,7 +1720,8 @@ def _paired_otherwise(function):
         for node in ast.walk(function)
         if (piece := _piece(node)) is not None and isinstance(_piece_of(node), ast.Name)
     }
-    reference = _one_pairing(pieces)
+    halved = _halved(function)
+    reference = _one_pairing({p for p in pieces if p[0] != "halves" or p[-1] in halved or p[-1] == "chunk"})
     if reference is None or not any(_put_back(n) == reference for n in ast.walk(function)):
         return None
     changed = _OtherPairing(reference).visit(tree_copy(function))
