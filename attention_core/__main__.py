@@ -1,5 +1,5 @@
 import sys
 
-from attention_core.cli import main
+from attention_core.cli import run
 
-sys.exit(main())
+sys.exit(run())

@@ -8,6 +8,7 @@ document. ``template`` prints the hand-out for students; ``grade`` grades their 
 
 import argparse
 import difflib
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,20 @@ class Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(unknown[0].split("=")[0], sorted(set(known)), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
         self.exit(2, f"{self.prog}: error: {message}{hint} ({self.prog} --help lists what it takes)\n")
+
+
+def run() -> int:
+    """The command line as its own process runs it (``python -m attention_core``, ``attention-core``): ``main``'s exit
+    code. Output its reader stops taking (``... | head``) ends the command quietly, with exit code 1, not a
+    traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (the interpreter's own last flush must not fail again)
+        code = 1
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

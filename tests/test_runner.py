@@ -410,3 +410,16 @@ def test_without_memory_files_a_prepared_input_stays_as_it_is_and_its_copies_are
     assert unwritten.kept(value) is value and unwritten.file_of(value) is None
     copy = unwritten.copy(value)
     assert torch.equal(copy, value) and copy.data_ptr() != value.data_ptr()
+
+
+def test_output_its_reader_stops_taking_ends_the_command_quietly(monkeypatch, capsys):
+    """``python -m attention_core points | head``: the pipe closed under it ends the command with exit code 1, not a
+    BrokenPipeError's traceback."""
+    from attention_core import cli  # noqa: PLC0415
+
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before anything is written
+    with capsys.disabled(), os.fdopen(write, "w") as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        monkeypatch.setattr(sys, "argv", ["attention_core", "template"])
+        assert cli.run() == 1
