@@ -246,6 +246,7 @@ NAMED = {
         "layer_norm_no_center": "the mean is not subtracted",
         "layer_norm_unbiased": "unbiased",
         "merge_heads_no_transpose": "without moving the head axis",
+        "merge_heads_interleaved": "the heads' channels come interleaved",
         "mha_scale_model_dim": "the input's width",
         "mha_weights_transposed": "transposed",
         "softmax_log_softmax": "log-probabilities",

@@ -177,6 +177,11 @@ def split_heads_interleaved(x, n_heads):
     return x.reshape(*lead, T, C // n_heads, n_heads).movedim(-1, -3)  # head h: channels h, h + nh, ...
 
 
+def merge_heads_interleaved(x):
+    *lead, nh, T, hs = x.shape
+    return x.movedim(-3, -1).reshape(*lead, T, hs * nh)  # channel c * nh + h holds head h's channel c
+
+
 def split_heads_by_bare_view(x, n_heads):
     *lead, T, C = x.shape
     return x.reshape(*lead, n_heads, T, C // n_heads)  # (..., nh, T, hs), rows and heads mixed up
@@ -591,6 +596,14 @@ MUTANTS += (
         "the heads are split as (..., T, hs, n_heads): head h takes every n_heads-th channel instead of the "
         "block of channels h * hs .. (h + 1) * hs",
         "Reshape to (..., T, n_heads, hs), then transpose(-3, -2).",
+        "values",
+    ),
+    Mutant(
+        "merge_heads_interleaved",
+        {"merge_heads": merge_heads_interleaved},
+        "merge_heads moves the head axis last before flattening, (..., T, hs, n_heads): the heads' channels come "
+        "interleaved (every n_heads-th channel one head's) instead of each head's block side by side",
+        "Put the head axis just before the channels: x.transpose(-3, -2), then flatten the last two into n_heads * hs.",
         "values",
     ),
 )
