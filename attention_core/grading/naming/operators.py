@@ -997,7 +997,7 @@ def _rooted(node):
 
 def _size_swapped(function):
     """The size under a scale's square root read as another size of the function: ``sqrt(D)`` (the model's
-    width) where ``sqrt(self.head_dim)`` belongs."""
+    width) where ``sqrt(self.head_dim)`` belongs; and that other size itself, its root left out too (``/ D``)."""
     sizes = _sizes(function)
     if not sizes:
         return []
