@@ -302,7 +302,8 @@ def test_a_batch_of_book_submissions_is_graded_with_the_credit_of_each_class(tmp
     assert "your MultiHeadAttention has no `out_proj.weight`, `out_proj.bias`" in renamed["output"]
     notebook = results["notebook"]["output"]
     assert (
-        "notebook: cell 1, line 2: ModuleNotFoundError: No module named 'matplotlib_is_not_installed_here'" in notebook
+        "notebook: code cell 1, line 2: ModuleNotFoundError: No module named 'matplotlib_is_not_installed_here'"
+        in notebook
         and "skipped the IPython magic/shell line `!pip install nothing`" in notebook
     )
     hidden = next(t for t in results["reordered"]["tests"] if t["name"] == "chapter3/multi_head_hidden/shape")

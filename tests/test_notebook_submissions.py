@@ -89,8 +89,8 @@ def test_a_cell_that_raises_is_reported_and_later_cells_still_run(load):
         "def later():\n    return x + 1",
     )
     assert err == [
-        "notebook: cell 2, line 1: ModuleNotFoundError: No module named 'matplotlib_not_installed'",
-        "notebook: cell 3, line 2: ZeroDivisionError: division by zero",
+        "notebook: code cell 2, line 1: ModuleNotFoundError: No module named 'matplotlib_not_installed'",
+        "notebook: code cell 3, line 2: ZeroDivisionError: division by zero",
     ]  # the deepest line in cell 3
     assert module.later() == 2
     assert not hasattr(module, "never") and not hasattr(module, "value")
@@ -98,14 +98,14 @@ def test_a_cell_that_raises_is_reported_and_later_cells_still_run(load):
 
 def test_a_syntax_error_is_reported_with_its_cell_and_line(load):
     module, err = load("ok = 1", "first = 1\ndef broken(:\n    pass", "after = ok + 1")
-    assert len(err) == 1 and err[0].startswith("notebook: cell 2, line 2: SyntaxError: ")
+    assert len(err) == 1 and err[0].startswith("notebook: code cell 2, line 2: SyntaxError: ")
     assert module.after == 2
     assert not hasattr(module, "first")  # the cell does not compile, so none of it runs
 
 
 def test_system_exit_is_an_error_of_its_cell_and_keyboard_interrupt_stops(load):
     module, err = load("import sys\nsys.exit(3)", "raise SystemExit", "after = 1")
-    assert err == ["notebook: cell 1, line 2: SystemExit: 3", "notebook: cell 2, line 1: SystemExit"]
+    assert err == ["notebook: code cell 1, line 2: SystemExit: 3", "notebook: code cell 2, line 1: SystemExit"]
     assert module.after == 1
     with pytest.raises(KeyboardInterrupt):
         load("raise KeyboardInterrupt", "never = 1")
@@ -122,13 +122,13 @@ def test_magics_and_shell_lines_are_skipped_with_notes(load):
         'text = """\n!not a shell line\n%not a magic\n"""\nremainder = (10\n%3)',
     )
     assert err == [
-        "notebook: cell 1, line 1: skipped the IPython magic/shell line `%matplotlib inline`",
-        "notebook: cell 2, line 1: skipped the IPython magic/shell line `!pip install x`",
-        "notebook: cell 3, line 1: skipped the IPython magic/shell line `%%time`",
-        "notebook: cell 4, line 3: skipped the IPython magic/shell line `%time y = 1`",
-        "notebook: cell 5, line 1: skipped the IPython magic/shell line `files = !ls`",
-        "notebook: cell 6, line 1: skipped the whole cell, an IPython cell magic `%%bash`",
-        "notebook: cell 5, line 5: ValueError: line 5",  # the cell's own line numbers are kept
+        "notebook: code cell 1, line 1: skipped the IPython magic/shell line `%matplotlib inline`",
+        "notebook: code cell 2, line 1: skipped the IPython magic/shell line `!pip install x`",
+        "notebook: code cell 3, line 1: skipped the IPython magic/shell line `%%time`",
+        "notebook: code cell 4, line 3: skipped the IPython magic/shell line `%time y = 1`",
+        "notebook: code cell 5, line 1: skipped the IPython magic/shell line `files = !ls`",
+        "notebook: code cell 6, line 1: skipped the whole cell, an IPython cell magic `%%bash`",
+        "notebook: code cell 5, line 5: ValueError: line 5",  # the cell's own line numbers are kept
     ]
     assert (module.math.pi, module.after_pip(), module.timed(), module.after_if(), module.after_files()) == (
         torch.pi,
@@ -144,7 +144,9 @@ def test_magics_and_shell_lines_are_skipped_with_notes(load):
 
 def test_a_long_magic_line_is_shortened_in_its_note(load):
     _, err = load("!pip install " + "a" * 100)
-    assert err == ["notebook: cell 1, line 1: skipped the IPython magic/shell line `!pip install " + "a" * 44 + "...`"]
+    assert err == [
+        "notebook: code cell 1, line 1: skipped the IPython magic/shell line `!pip install " + "a" * 44 + "...`"
+    ]
 
 
 def test_the_main_block_does_not_run(load):
@@ -161,7 +163,7 @@ def test_no_helper_name_is_left_in_the_module(load):
 
 def test_a_shadowed_builtin_does_not_break_the_run(load):
     module, err = load("print = None\ncompile = exec = len = str = 0", "1 / 0", "after = 1")
-    assert err == ["notebook: cell 2, line 1: ZeroDivisionError: division by zero"]
+    assert err == ["notebook: code cell 2, line 1: ZeroDivisionError: division by zero"]
     assert module.after == 1
 
 
@@ -176,7 +178,7 @@ def test_a_later_call_names_the_cell_and_line_in_its_traceback(load):
     with pytest.raises(RuntimeError) as info:
         module.fails()
     frame = traceback.extract_tb(info.value.__traceback__)[-1]
-    assert (frame.filename, frame.lineno) == ("cell 4", 3)
+    assert (frame.filename, frame.lineno) == ("code cell 4", 3)
 
 
 def test_an_nn_module_defined_in_a_cell_works(load):
@@ -211,8 +213,10 @@ def test_hostile_cell_text_is_only_ever_the_cells_own_code(load, tmp_path):
     compile(source, "generated", "exec")
     module, err = load(*cells)
     assert (module.double, module.single) == (HOSTILE_DOUBLE, HOSTILE_SINGLE)  # round trip, exactly
-    assert err[0].startswith("notebook: cell 2, line 1: SyntaxError: ")  # the breakout line is a cell's syntax error
-    assert err[1].startswith("notebook: cell 3, line ")
+    assert err[0].startswith(
+        "notebook: code cell 2, line 1: SyntaxError: "
+    )  # the breakout line is a cell's syntax error
+    assert err[1].startswith("notebook: code cell 3, line ")
     assert module.after == 1 and not hasattr(module, "os")
     assert "pwned" not in load.out
 
@@ -354,8 +358,8 @@ def test_a_file_name_that_is_not_printable_stays_on_one_line(tmp_path):
 def test_windows_line_endings_keep_the_line_numbers(load):
     module, err = load("!ls\r\nafter = 1\r\n\r\nraise ValueError('line 4')")
     assert err == [
-        "notebook: cell 1, line 1: skipped the IPython magic/shell line `!ls`",
-        "notebook: cell 1, line 4: ValueError: line 4",
+        "notebook: code cell 1, line 1: skipped the IPython magic/shell line `!ls`",
+        "notebook: code cell 1, line 4: ValueError: line 4",
     ]
     assert module.after == 1
 

@@ -5,7 +5,7 @@ submission. The module runs the notebook's code cells in order in its own global
 "run all" with errors allowed: a cell that raises is reported on stderr and the next cell runs.
 
 Cells are numbered among the CODE cells only, from 1 (markdown and raw cells are not counted), and
-each cell is compiled with the file name ``"cell N"``, so a traceback, then and when the grader
+each cell is compiled with the file name ``"code cell N"``, so a traceback, then and when the grader
 later calls a function the cell defined, names the cell and the line in it. Stored outputs are
 never read. IPython magics and shell lines (``%matplotlib``, ``!pip``, ``x = !ls``) are not
 Python: each becomes ``pass`` at its indentation, which keeps the cell's line numbers, and is
@@ -43,7 +43,7 @@ _ENDS = (tokenize.NEWLINE, tokenize.NL)
 # The generated module. Its one helper takes itself out of the globals before the first cell runs,
 # and binds the builtins it uses before a cell can shadow them.
 _RUNNER = '''\
-"""A notebook's code cells, run in order: cell N is the Nth code cell, compiled as the file "cell N"."""
+"""A notebook's code cells, run in order: code cell N is the Nth code cell, compiled as the file "code cell N"."""
 
 
 def _notebook_run(cells, notes, namespace):
@@ -64,7 +64,7 @@ def _notebook_run(cells, notes, namespace):
         if builtins.len(message) > 500:
             message = message[:497] + "..."
         kind = builtins.type(error).__name__
-        builtins.print("notebook: cell %d, line %s: %s" % (number, "?" if line is None else line,
+        builtins.print("notebook: code cell %d, line %s: %s" % (number, "?" if line is None else line,
                        kind + ": " + message if message else kind), file=sys.stderr)
 
     for note in notes:
@@ -73,7 +73,7 @@ def _notebook_run(cells, notes, namespace):
     for number, source in builtins.enumerate(cells, 1):
         if source is None:
             continue
-        filename = "cell %d" % number
+        filename = "code cell %d" % number
         try:
             code = builtins.compile(source, filename, "exec", flags, True)
         except (SyntaxError, ValueError) as error:  # ValueError: a null byte, a lone surrogate
@@ -150,7 +150,9 @@ def strip_magics(source, number):
     if first is not None and lines[first].lstrip().startswith("%%"):
         magic = lines[first].strip()
         if (magic[2:].split() or [""])[0] not in _PYTHON_BODY:
-            note = f"cell {number}, line {first + 1}: skipped the whole cell, an IPython cell magic `{_short(magic)}`"
+            note = (
+                f"code cell {number}, line {first + 1}: skipped the whole cell, an IPython cell magic `{_short(magic)}`"
+            )
             return None, [note]
     if not any(_MAGIC.match(line) for line in lines):  # most cells: no need to tokenize
         return "".join(lines), []
@@ -207,7 +209,7 @@ def _as_pass(line):
 
 
 def _note(number, line, text):
-    return f"cell {number}, line {line}: skipped the IPython magic/shell line `{_short(text)}`"
+    return f"code cell {number}, line {line}: skipped the IPython magic/shell line `{_short(text)}`"
 
 
 def _short(text):
