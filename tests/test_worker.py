@@ -555,13 +555,15 @@ def test_the_time_budget_ends_calls_once_spent(submit):
     second = s.call("causal_average", (torch.ones(1),), timeout=0.6)
     # Cut to what is left of the budget (imports counted): of its CPU time, or of its wall-clock time, which
     # the first call and the replacement's import spent a little more of; on a loaded machine they may have spent
-    # all of it, and the call is refused before it starts.
-    assert second.status == "timeout" and second.seconds < 0.6, second.message
-    assert re.fullmatch(
-        r"the call did not return within 0\.\d+ s of CPU time|the submission's time budget of 1 s "
+    # all of it, and the call is refused before it starts. (The limit it was given is read from its message: the
+    # time it took is the machine's, past its limit by however late the watch saw it.)
+    told = re.fullmatch(
+        r"the call did not return within (0\.\d+) s of CPU time|the submission's time budget of 1 s "
         r"is spent( \(in wall-clock time: it waited rather than computed\))?",
         second.message,
     )
+    assert second.status == "timeout" and told, second.message
+    assert told.group(1) is None or float(told.group(1)) < 0.6, second.message
     spent = s.call("softmax", (torch.ones(1),))
     assert (spent.status, spent.message) == ("timeout", "the submission's time budget of 1 s is spent")
 
@@ -939,8 +941,9 @@ def test_a_submission_that_only_sleeps_ends_within_its_budget_of_wall_clock_time
     assert outcomes[0].status == "ok" and outcomes[-1].status == "timeout"
     assert "time budget of 1 s is spent" in outcomes[-1].message
     # The calls' own time as the grader counts it (not this test's clock, which a loaded machine stretches): the
-    # budget's wall-clock second, the call that spent it cut to what was left, the later ones refused at once.
-    assert sum(o.seconds for o in outcomes) < 1.0 + 0.2 and outcomes[-1].seconds == 0
+    # budget's wall-clock second, the call that spent it cut to what was left (late by however late the watch saw
+    # it: five whole calls would take 2 s), the later ones refused at once.
+    assert sum(o.seconds for o in outcomes) < 1.0 + 0.5 and outcomes[-1].seconds == 0
 
 
 def test_a_request_for_a_process_stopped_while_it_waits_leaves_no_reply_for_the_next(monkeypatch):
