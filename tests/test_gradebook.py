@@ -160,27 +160,6 @@ def test_the_class_page_draws_a_heatmap_of_what_each_student_lost_and_lists_mist
     ]
     rows = class_summary(scores, tmp_path / "summary.csv")
     assert ("property", "properties/f/causal", 1) in rows
-    # A property that failed where its points were charged to a value check (worth 0 of 0) is counted too, and a
-    # record read back keeps whether it passed.
-    charged = Score("properties/f/causal", 0, 0, kind="property", passed=False)
-    assert Score.from_record(charged.to_record()) == charged
-    again = class_summary([Scores("a", 0, 1, grades=[Score("f/c/k", 0, 1), charged])], tmp_path / "again.csv")
-    assert again == [("check", "f/c/k", 1), ("property", "properties/f/causal", 1)]
-    # A check that could not be run for a fault of the case file's (0 of 0, no one's to pay) is no student's failure.
-    import types  # noqa: PLC0415
-
-    from attention_core.grading.outputs.graders import _scores  # noqa: PLC0415
-    from attention_core.harness.checking.results import Status  # noqa: PLC0415
-
-    def grade(status, passed):
-        result = types.SimpleNamespace(status=status, passed=passed)
-        return types.SimpleNamespace(
-            check_id="f/c/broken", score=0.0, max_score=0.0, mistakes=(), worth=None, result=result, stands_for=()
-        )
-
-    (case_error,) = _scores(grade(Status.CASE_ERROR, False))
-    (failed,) = _scores(grade(Status.FAILED, False))
-    assert case_error.passed is None and not case_error.failed and failed.failed
     page = class_page(scores, rows)
     heat = page.split("<table class=heat>")[1].split("</table>")[0]
     assert heat.count("<tr>") == 3 and "a&lt;b&gt;" in heat  # a header, then one row a student, escaped
@@ -236,6 +215,33 @@ def test_a_late_student_whose_file_has_another_students_name_gets_a_row_of_their
     rows = {row[0] for row in _rows(out / "gradebook.csv")[2:]}
     assert rows == {"alice/attention", "carol/attention"}  # alice's, then carol's; alice again: her own, skipped
     assert "skipped 1 as unchanged" in run.stderr
+
+
+def test_the_class_at_a_glance_counts_a_failed_property_worth_no_points_and_no_case_file_s_fault(tmp_path):
+    """A property that failed where its points were charged to a value check (worth 0 of 0) is counted, and a
+    record read back keeps whether it passed; a check that could not be run for a fault of the case file's (0 of 0,
+    no one's to pay) is no student's failure."""
+    import types  # noqa: PLC0415
+
+    from attention_core.grading.outputs.batch import class_summary  # noqa: PLC0415
+    from attention_core.grading.outputs.graders import _scores  # noqa: PLC0415
+    from attention_core.grading.outputs.scores import Score, Scores  # noqa: PLC0415
+    from attention_core.harness.checking.results import Status  # noqa: PLC0415
+
+    charged = Score("properties/f/causal", 0, 0, kind="property", passed=False)
+    assert Score.from_record(charged.to_record()) == charged
+    again = class_summary([Scores("a", 0, 1, grades=[Score("f/c/k", 0, 1), charged])], tmp_path / "again.csv")
+    assert again == [("check", "f/c/k", 1), ("property", "properties/f/causal", 1)]
+
+    def grade(status, passed):
+        result = types.SimpleNamespace(status=status, passed=passed)
+        return types.SimpleNamespace(
+            check_id="f/c/broken", score=0.0, max_score=0.0, mistakes=(), worth=None, result=result, stands_for=()
+        )
+
+    (case_error,) = _scores(grade(Status.CASE_ERROR, False))
+    (failed,) = _scores(grade(Status.FAILED, False))
+    assert case_error.passed is None and not case_error.failed and failed.failed
 
 
 def test_no_cell_of_a_csv_the_batch_writes_starts_a_formula_and_reading_it_back_gives_the_text(tmp_path):

@@ -1571,25 +1571,22 @@ def pairs_convention(function, tree):
     of the other) of its parameters, and calls torch."""
     parameters = _parameters(function)
     helpers = {top.name: top for top in tree.body if isinstance(top, ast.FunctionDef) and top is not function}
-    pieces, moved = set(), []
+    pieces, moved, called = set(), [], []
     for node in ast.walk(function):
         piece, base = _piece(node), _piece_of(node)
         if piece is not None and isinstance(base, ast.Name) and base.id in parameters:
             pieces.add(piece)
             moved.append(base.id)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers and node.args:
-            taken = _pieces_of_first(helpers[node.func.id])
-            given = node.args[0]
+            called.append(helpers[node.func.id])
+            taken, given = _pieces_of_first(called[-1]), node.args[0]
             if taken and isinstance(given, ast.Name) and given.id in parameters:
                 pieces |= taken
                 moved.append(given.id)
-    calls_torch = any(isinstance(n, ast.Name) and n.id == "torch" for n in ast.walk(function)) or any(
-        isinstance(n, ast.Name) and n.id == "torch" for h in helpers.values() for n in ast.walk(h)
-    )
-    halved = _halved(function).union(*(_halved(h) for h in helpers.values()))
-    reference = _one_pairing({p for p in pieces if p[0] != "halves" or p[-1] in halved or p[-1] == "chunk"})
-    if reference is None or not calls_torch:
-        return []
+    bodies = [function, *called]
+    reference = _one_pairing(pieces, set().union(*map(_halved, bodies)))
+    if reference is None or not any(isinstance(n, ast.Name) and n.id == "torch" for b in bodies for n in ast.walk(b)):
+        return []  # (the layouts are made with torch, by that name)
     moved = list(dict.fromkeys(moved))
     forward, back = _LAYOUTS[reference]
     sizes = "(" + "".join(f"{name}.shape[-1:], " for name in moved) + ")"
@@ -1631,8 +1628,11 @@ def _pieces_of_first(helper):
     }
 
 
-def _one_pairing(pieces):
-    """ "neighbours" or "halves": the one pairing whose both pieces ``pieces`` (of :func:`_piece`) hold; else None."""
+def _one_pairing(pieces, halved):
+    """ "neighbours" or "halves": the one pairing whose both pieces ``pieces`` (of :func:`_piece`) hold; else None.
+    Halves count only where split at a size of ``halved`` (:func:`_halved`), or by ``chunk``: partial rotary's
+    ``x[..., :rot]`` is no pairing."""
+    pieces = {p for p in pieces if p[0] != "halves" or p[-1] in halved or p[-1] == "chunk"}
     neighbours = {("neighbours", 0), ("neighbours", 1)} <= pieces
     lows = {p[-1] for p in pieces if p[:2] == ("halves", "low")}
     highs = {p[-1] for p in pieces if p[:2] == ("halves", "high")} | ({"chunk"} & lows)
@@ -1702,30 +1702,19 @@ def _pairs_swapped(function):
     """The pieces a function (RoPE, or its rotate_half helper) takes of the last dimension, and the way it puts
     them back, written for the other pairing: ``x[..., :h]``/``x[..., h:]`` and ``cat((a, b), -1)`` as
     ``x[..., 0::2]``/``x[..., 1::2]`` and ``stack((a, b), -1).flatten(-2)``, or the reverse. In a helper given
-    the reference's tables, that is GPT-J's rotate_every_two where Llama's rotate_half belongs."""
-    found = _paired_otherwise(function)
-    if found is None:
-        return []
-    reference, changed = found
-    mistake, fix = _HALVES if reference == "neighbours" else _NEIGHBOURS
-    return [Slip("pairs_pieces", mistake, fix, changed)]
-
-
-def _paired_otherwise(function):
-    """(the pairing a function's own code takes, the function with its pieces and their putting back written for
-    the other pairing); None where it does not take both pieces of one pairing of a named tensor and put them back
-    on the last dimension (``cat(..., -1)`` for halves, ``stack(..., -1).flatten(-2)`` for neighbours)."""
+    the reference's tables, that is GPT-J's rotate_every_two where Llama's rotate_half belongs. Made where the
+    function takes both pieces of one pairing of a named tensor and puts them back on the last dimension."""
     pieces = {
         piece
         for node in ast.walk(function)
         if (piece := _piece(node)) is not None and isinstance(_piece_of(node), ast.Name)
     }
-    halved = _halved(function)
-    reference = _one_pairing({p for p in pieces if p[0] != "halves" or p[-1] in halved or p[-1] == "chunk"})
+    reference = _one_pairing(pieces, _halved(function))
     if reference is None or not any(_put_back(n) == reference for n in ast.walk(function)):
-        return None
-    changed = _OtherPairing(reference).visit(tree_copy(function))
-    return reference, ast.fix_missing_locations(changed)
+        return []
+    changed = ast.fix_missing_locations(_OtherPairing(reference).visit(tree_copy(function)))
+    mistake, fix = _HALVES if reference == "neighbours" else _NEIGHBOURS
+    return [Slip("pairs_pieces", mistake, fix, changed)]
 
 
 def _put_back(node):
